@@ -1,0 +1,229 @@
+#include "collective.h"
+
+#include <chrono>
+#include <sstream>
+#include <vector>
+
+#include "../kernels/identity_codec.h"
+#include "executor.h"
+
+namespace dynamiq {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double secs(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+const char* input_error_name(int e) {
+  switch (InputError(e)) {
+    case InputError::kDType: return "unsupported dtype";
+    case InputError::kLayout: return "non-contiguous tensor";
+    case InputError::kDevice: return "tensor on an unsupported device";
+    case InputError::kOther: return "invalid input";
+    default: return "?";
+  }
+}
+
+// Header: [count, nonfinite, errors[kNumInputErrors], then per field and per
+// 16-bit piece the pair (v, v*v)]. Ranks agree on a field iff for every piece
+// n * sum(v^2) == (sum v)^2 (equality in Cauchy-Schwarz). Integer sums are
+// exact, so every rank evaluates the same verdict.
+struct Field {
+  const char* name;
+  uint64_t value;
+};
+constexpr int kPieces = 4;
+constexpr size_t kHeaderFixed = 2 + kNumInputErrors;
+
+struct Header {
+  int64_t nonfinite = 0;
+  std::string error;  // non-empty: every rank raises this
+};
+
+Header exchange_header(Transport& tr, const std::vector<Field>& fields, bool nonfinite,
+                       InputError local_error) {
+  const int n = tr.size();
+  std::vector<int64_t> h(kHeaderFixed + fields.size() * kPieces * 2, 0);
+  h[0] = 1;
+  h[1] = nonfinite ? 1 : 0;
+  if (local_error != InputError::kNone) h[2 + size_t(local_error)] = 1;
+  for (size_t f = 0; f < fields.size(); ++f)
+    for (int p = 0; p < kPieces; ++p) {
+      int64_t v = int64_t((fields[f].value >> (16 * p)) & 0xffffu);
+      h[kHeaderFixed + (f * kPieces + size_t(p)) * 2] = v;
+      h[kHeaderFixed + (f * kPieces + size_t(p)) * 2 + 1] = v * v;
+    }
+  tr.allreduce_sum_i64(h.data(), h.size());
+
+  Header out;
+  out.nonfinite = h[1];
+  if (h[0] != n) {
+    out.error = "header exchange counted " + std::to_string(h[0]) + " ranks, expected " +
+                std::to_string(n);
+    return out;
+  }
+  std::ostringstream errs;
+  for (int e = 1; e < kNumInputErrors; ++e)
+    if (h[2 + size_t(e)] > 0)
+      errs << (errs.tellp() > 0 ? "; " : "") << h[2 + size_t(e)] << " rank(s) reported "
+           << input_error_name(e);
+  if (errs.tellp() > 0) {
+    out.error = "dynamiq all-reduce aborted on every rank: " + errs.str() +
+                " (the offending rank raises the detailed error)";
+    return out;
+  }
+  std::ostringstream bad;
+  for (size_t f = 0; f < fields.size(); ++f) {
+    bool same = true;
+    for (int p = 0; p < kPieces; ++p) {
+      const int64_t s = h[kHeaderFixed + (f * kPieces + size_t(p)) * 2];
+      const int64_t q = h[kHeaderFixed + (f * kPieces + size_t(p)) * 2 + 1];
+      // s <= n * 65535 < 2^31 for n < 2^15, so s*s fits; q*n fits likewise.
+      if (int64_t(n) * q != s * s) same = false;
+    }
+    if (!same) bad << (bad.tellp() > 0 ? ", " : "") << fields[f].name;
+  }
+  if (bad.tellp() > 0)
+    out.error = "ranks disagree on " + bad.str() +
+                ": every rank must pass the same Config (mode, topology, bits, seed, ...) and "
+                "issue the same collectives in the same order with tensors of the same dtype and "
+                "size";
+  return out;
+}
+
+ExecStats run_exact(Transport& tr, Topology topo, void* data, DType dtype, int64_t numel,
+                    ReduceOp op, int64_t block_bytes, int64_t window_bytes, CallStats* cs) {
+  const int n = tr.size();
+  IdentityCodec codec;
+  Plan plan = make_identity_plan(dtype, numel, topology_chunks(topo, n));
+  BlockTable bt = make_blocks(plan, block_bytes);
+  Program prog = make_program(topo, tr.rank(), n, bt);
+  ExecArgs ea;
+  ea.bucket = data;
+  ea.out.bucket = data;
+  ea.out.divisor = op == ReduceOp::kMean ? float(n) : 1.0f;
+  ea.window_bytes = window_bytes;
+  ExecStats es;
+  execute(tr, codec, plan, bt, prog, ea, es);
+  if (cs) {
+    cs->bits_per_coord = 8.0 * dtype_size(dtype);
+    cs->width_units[4] = plan.num_units;
+    cs->blocks = int64_t(bt.blocks.size());
+  }
+  return es;
+}
+
+}  // namespace
+
+void all_reduce_exact_f32(Transport& tr, Topology topo, float* data, int64_t count,
+                          int64_t block_bytes, int64_t window_bytes, int64_t* bytes_sent) {
+  ExecStats es = run_exact(tr, topo, data, DType::kF32, count, ReduceOp::kSum, block_bytes,
+                           window_bytes, nullptr);
+  if (bytes_sent) *bytes_sent += es.bytes_sent;
+}
+
+CallStats all_reduce(Transport& tr, const CollectiveConfig& cfg, const CallArgs& a) {
+  const auto t_start = Clock::now();
+  CallStats cs;
+  cs.numel = a.numel;
+  const int n = tr.size();
+  const bool ok_input = a.local_error == InputError::kNone;
+  DQ_CHECK(!ok_input || a.numel == 0 || a.data != nullptr, "all_reduce: null data");
+
+  std::unique_ptr<Scheme> scheme = make_scheme(cfg);
+
+  // 1. local pass
+  auto t0 = Clock::now();
+  std::vector<float> stats;
+  bool nonfinite = false;
+  if (ok_input && cfg.mode != Mode::kNone) {
+    stats.resize(size_t(scheme->stats_count(a.dtype, a.numel)));
+    nonfinite = scheme->local_pass(a.data, a.dtype, a.numel, stats.data());
+  }
+  cs.t_local = secs(t0, Clock::now());
+
+  // 2. header
+  t0 = Clock::now();
+  const std::vector<Field> fields = {
+      {"mode", uint64_t(cfg.mode)},
+      {"topology", uint64_t(cfg.topology)},
+      {"reduce op", uint64_t(a.op)},
+      {"dtype", uint64_t(a.dtype)},
+      {"numel", uint64_t(a.numel)},
+      {"collective sequence number", a.seq},
+      {"config fingerprint (bits, seed, widths, rounding, group sizes, block size)",
+       cfg.fingerprint()},
+  };
+  Header hdr = exchange_header(tr, fields, nonfinite, a.local_error);
+  cs.t_header = secs(t0, Clock::now());
+  if (!hdr.error.empty()) throw Error(hdr.error);
+  if (!ok_input) throw Error("dynamiq all-reduce: local input rejected");
+
+  const int64_t min_numel = std::max<int64_t>(cfg.min_compress_numel, cfg.supergroup_size);
+  Path path = Path::kCompressed;
+  if (cfg.mode == Mode::kNone || n == 1)
+    path = Path::kExactMode;
+  else if (a.numel < min_numel)
+    path = Path::kExactTiny;
+  else if (hdr.nonfinite > 0 && !scheme->exact())
+    path = Path::kExactNonfinite;
+  cs.path = path;
+
+  if (path != Path::kCompressed) {
+    ExecStats es = run_exact(tr, cfg.topology, a.data, a.dtype, a.numel, a.op, cfg.block_bytes,
+                             cfg.window_bytes, &cs);
+    cs.bytes_sent = es.bytes_sent;
+    cs.bytes_received = es.bytes_received;
+    cs.t_kernel = es.t_kernel;
+    cs.t_wait = es.t_wait;
+    cs.t_total = secs(t_start, Clock::now());
+    return cs;
+  }
+
+  // 3. metadata all-reduce
+  t0 = Clock::now();
+  if (!stats.empty())
+    all_reduce_exact_f32(tr, cfg.topology, stats.data(), int64_t(stats.size()), cfg.block_bytes,
+                         cfg.window_bytes, &cs.meta_bytes_sent);
+  cs.t_meta = secs(t0, Clock::now());
+
+  // 4. plan, blocks, schedule
+  t0 = Clock::now();
+  PlanState local_state;
+  PlanState& ps = a.plan_state ? *a.plan_state : local_state;
+  PlanInfo info;
+  Plan plan = scheme->make_plan(a.dtype, a.numel, topology_chunks(cfg.topology, n), n,
+                                stats.empty() ? nullptr : stats.data(), ps, info);
+  BlockTable bt = make_blocks(plan, cfg.block_bytes);
+  Program prog = make_program(cfg.topology, tr.rank(), n, bt);
+  cs.t_plan = secs(t0, Clock::now());
+  cs.bits_per_coord = info.bits_per_coord;
+  for (int i = 0; i < 5; ++i) cs.width_units[i] = info.width_units[i];
+  cs.blocks = int64_t(bt.blocks.size());
+  cs.has_u = ps.has_u;
+  cs.u = ps.u;
+
+  // 5-6. execute; decompress writes the finished values
+  ExecArgs ea;
+  ea.bucket = a.data;
+  ea.out.bucket = a.data;
+  ea.out.bias_scale = float(n);
+  ea.out.divisor = a.op == ReduceOp::kMean ? float(n) : 1.0f;
+  ea.window_bytes = cfg.window_bytes;
+  ea.rng.key = make_rng_key(cfg.seed, a.seq);
+  ea.rng.rank = tr.rank();
+  ea.rng.world = n;
+  ea.rng.correlated = cfg.correlated;
+  ea.rng.stochastic = cfg.stochastic;
+  ExecStats es;
+  execute(tr, scheme->codec(), plan, bt, prog, ea, es);
+  cs.bytes_sent = es.bytes_sent;
+  cs.bytes_received = es.bytes_received;
+  cs.t_kernel = es.t_kernel;
+  cs.t_wait = es.t_wait;
+  cs.t_total = secs(t_start, Clock::now());
+  return cs;
+}
+
+}  // namespace dynamiq

@@ -1,0 +1,74 @@
+// One all-reduce of a bucket, end to end (DESIGN.md "The data path of one bucket"):
+//   1. local pass: the scheme's statistics and the non-finite flag;
+//   2. header exchange: an int64 all-reduce carrying the fingerprint of
+//      everything the ranks must agree on (config, dtype, numel, op, sequence
+//      number), the non-finite count and input-error reports, so every rank
+//      takes the same decision and raises the same error;
+//   3. metadata all-reduce of the statistics (over the identity codec and the
+//      same topology, so every rank gets bit-identical statistics);
+//   4. plan, blocks, schedule; 5. execute; 6. the codec's decompress writes the
+//      final values (bias added back, divided for mean) into the bucket.
+#pragma once
+
+#include <string>
+
+#include "config.h"
+#include "scheme.h"
+#include "transport.h"
+
+namespace dynamiq {
+
+// Which path a bucket took. Values are reported to Python: never renumber.
+enum class Path : int32_t {
+  kCompressed = 0,
+  kExactMode = 1,       // mode none (or a world of one rank)
+  kExactTiny = 2,       // too small for compression to pay
+  kExactNonfinite = 3,  // some rank had inf/nan: exact path so they reach the optimizer
+};
+
+// Input problems a rank reports instead of taking part, so that its peers
+// raise at once instead of waiting for a timeout. Never renumber.
+enum class InputError : int32_t {
+  kNone = 0,
+  kDType = 1,
+  kLayout = 2,   // non-contiguous
+  kDevice = 3,
+  kOther = 4,
+};
+constexpr int kNumInputErrors = 5;
+
+struct CallArgs {
+  void* data = nullptr;
+  DType dtype = DType::kF32;
+  int64_t numel = 0;
+  ReduceOp op = ReduceOp::kSum;
+  uint64_t seq = 0;               // collective sequence number (randomness key, fingerprint)
+  PlanState* plan_state = nullptr;  // allocator state of this bucket (may be null)
+  InputError local_error = InputError::kNone;
+};
+
+struct CallStats {
+  Path path = Path::kCompressed;
+  int64_t numel = 0;
+  int64_t bytes_sent = 0;       // main all-reduce, this rank
+  int64_t bytes_received = 0;
+  int64_t meta_bytes_sent = 0;  // statistics all-reduce, this rank
+  double bits_per_coord = 0.0;  // wire bits per coordinate of one full copy of the bucket
+  int64_t width_units[5] = {0, 0, 0, 0, 0};
+  int64_t blocks = 0;
+  double t_local = 0.0, t_header = 0.0, t_meta = 0.0, t_plan = 0.0;
+  double t_kernel = 0.0, t_wait = 0.0, t_total = 0.0;
+  bool has_u = false;
+  double u = 0.0;
+};
+
+// Runs the collective in place on args.data. Throws Error (same message on
+// every rank for config disagreement and reported input errors).
+CallStats all_reduce(Transport& tr, const CollectiveConfig& cfg, const CallArgs& args);
+
+// The sum of a float32 vector over ranks with the identity codec: exact
+// float32 ring/butterfly/two-step sums, bit-identical on every rank.
+void all_reduce_exact_f32(Transport& tr, Topology topo, float* data, int64_t count,
+                          int64_t block_bytes, int64_t window_bytes, int64_t* bytes_sent);
+
+}  // namespace dynamiq

@@ -1,0 +1,50 @@
+// The collective's configuration as the C++ core sees it. Built from the
+// validated Python `dynamiq.Config`; every field takes part in the
+// fingerprint that ranks compare before each collective.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+
+namespace dynamiq {
+
+// Numeric values are part of the wire fingerprint: never renumber.
+enum class Mode : uint8_t { kNone = 0, kDynamiq = 1, kLossless = 2, kBitsplit = 3 };
+enum class Topology : uint8_t { kRing = 0, kButterfly = 1, kTwoStep = 2 };
+enum class ReduceOp : uint8_t { kSum = 0, kMean = 1 };
+
+const char* mode_name(Mode m);
+const char* topology_name(Topology t);
+
+struct CollectiveConfig {
+  Mode mode = Mode::kNone;
+  Topology topology = Topology::kRing;
+  uint64_t seed = 0;
+
+  // Lossy modes.
+  double bits = 5.0;                 // DynamiQ: budget per coordinate incl. metadata; bitsplit: width
+  uint32_t widths_mask = (1u << 2) | (1u << 4) | (1u << 8);  // DynamiQ: allowed widths (bit w set)
+  bool exact_allocator = false;      // DynamiQ: section 3.2 search instead of appendix A rule
+  bool correlated = true;            // DynamiQ: correlated rounding across ranks
+  bool stochastic = true;            // bitsplit: stochastic (true) or nearest rounding
+  int32_t group_size = 0;            // 0: mode default (DynamiQ 16; bitsplit 128 or 32)
+  int32_t supergroup_size = 256;     // DynamiQ super-group size S
+  int32_t spike_reserve = -1;        // bitsplit: -1 auto (on for 2-3 bits), 0 off, 1 on
+  bool log_scales = false;           // bitsplit: integer log scales
+  // DynamiQ non-uniform level parameter per width index (1,2,4,8 -> 0..3); <0: default.
+  std::array<float, 4> eps{{-1.f, -1.f, -1.f, -1.f}};
+  bool uniform_levels = false;       // ablation: uniform levels
+  bool hierarchical_scales = true;   // ablation: off = group scales as bf16
+
+  // Driver.
+  int64_t block_bytes = 256 * 1024;  // target wire bytes per pipelined block
+  int64_t min_compress_numel = 4096; // smaller buckets take the exact path
+  int64_t window_bytes = 16 << 20;   // receive buffers posted ahead
+
+  // Hash of every field above (FNV-1a over a canonical encoding).
+  uint64_t fingerprint() const;
+  std::string describe() const;
+};
+
+}  // namespace dynamiq

@@ -1,0 +1,275 @@
+#include "executor.h"
+
+#include <chrono>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+namespace dynamiq {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double secs(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+// Reusable byte buffers: block messages are all about the same size, so a
+// small free list avoids an mmap/munmap and page faults per message.
+class BufferPool {
+ public:
+  struct Buf {
+    std::vector<uint8_t> data;
+    size_t size = 0;  // bytes in use
+  };
+  using Ptr = std::shared_ptr<Buf>;
+
+  Ptr get(size_t capacity) {
+    std::unique_ptr<Buf> b;
+    for (size_t i = 0; i < free_.size(); ++i) {
+      if (free_[i]->data.size() >= capacity) {
+        b = std::move(free_[i]);
+        free_[i] = std::move(free_.back());
+        free_.pop_back();
+        break;
+      }
+    }
+    if (!b) {
+      b = std::make_unique<Buf>();
+      b->data.resize(capacity);
+    }
+    b->size = 0;
+    return Ptr(b.release(), [this](Buf* p) { free_.emplace_back(p); });
+  }
+
+ private:
+  std::vector<std::unique_ptr<Buf>> free_;
+};
+
+struct PendingSend {
+  std::unique_ptr<Request> req;
+  BufferPool::Ptr buf;  // keeps the bytes alive until the send completes
+};
+
+struct PostedRecv {
+  size_t op = 0;
+  std::unique_ptr<Request> req;
+  BufferPool::Ptr buf;
+  size_t static_bytes = 0;
+};
+
+// On failure, requests may still reference buffers (a posted receive can be
+// written by the backend later). Park them forever rather than free memory a
+// backend might still write; the process group is unusable after a failure.
+void park_on_failure(std::deque<PostedRecv>& recvs, std::vector<PendingSend>& sends,
+                     std::unique_ptr<BufferPool>& pool) {
+  static std::mutex mu;
+  static std::vector<std::shared_ptr<void>>* graveyard = new std::vector<std::shared_ptr<void>>();
+  std::lock_guard<std::mutex> lk(mu);
+  for (auto& r : recvs) {
+    graveyard->push_back(std::shared_ptr<void>(r.req.release(), [](void*) {}));
+    graveyard->push_back(r.buf);
+  }
+  for (auto& s : sends) {
+    graveyard->push_back(std::shared_ptr<void>(s.req.release(), [](void*) {}));
+    graveyard->push_back(s.buf);
+  }
+  recvs.clear();
+  sends.clear();
+  // Buffers returned to the pool later must not be freed either.
+  graveyard->push_back(std::shared_ptr<void>(pool.release(), [](void*) {}));
+}
+
+}  // namespace
+
+void execute(Transport& tr, const Codec& codec, const Plan& plan, const BlockTable& bt,
+             const Program& prog, const ExecArgs& args, ExecStats& st) {
+  const size_t nb = bt.blocks.size();
+  const int64_t U = plan.unit;
+
+  // Accumulator: needed by blocks that receive a kRecvDA; laid out in wire order.
+  int64_t acc_w0 = INT64_MAX, acc_w1 = INT64_MIN;
+  for (const Op& op : prog.ops) {
+    if (op.role != Role::kRecvDA) continue;
+    const Block& b = bt.blocks[size_t(op.block)];
+    acc_w0 = std::min(acc_w0, b.w0);
+    acc_w1 = std::max(acc_w1, b.w1);
+  }
+  std::unique_ptr<float[]> acc;
+  if (acc_w1 > acc_w0) acc.reset(new float[size_t((acc_w1 - acc_w0) * U)]);
+
+  // Last op index touching each block's final bytes, to release them early.
+  std::vector<size_t> last_final_use(nb, 0);
+  for (size_t i = 0; i < prog.ops.size(); ++i) {
+    const Op& op = prog.ops[i];
+    if (op.role == Role::kSendFinal || op.role == Role::kRecvFinal || op.role == Role::kRecvSink ||
+        op.role == Role::kLocalSink)
+      last_final_use[size_t(op.block)] = i;
+  }
+
+  // The pool is declared before every holder of its buffers: their deleters
+  // return buffers to it, so it must be destroyed last.
+  auto pool = std::make_unique<BufferPool>();
+  std::vector<uint8_t> in_acc(nb, 0);
+  std::vector<BufferPool::Ptr> pending(nb), finals(nb);
+  std::deque<PostedRecv> posted;
+  std::vector<PendingSend> sends;
+  size_t next_recv = 0;      // next op index to consider for posting a receive
+  int64_t inflight = 0;      // bytes of posted, unhandled receives
+
+  auto local_of = [&](int32_t block) {
+    Local x;
+    if (in_acc[size_t(block)]) {
+      x.acc = acc.get();
+      x.acc_w0 = acc_w0;
+    } else {
+      x.bucket = args.bucket;
+    }
+    return x;
+  };
+  auto kernel_timer = [&](auto&& fn) {
+    auto t0 = Clock::now();
+    fn();
+    st.t_kernel += secs(t0, Clock::now());
+  };
+  auto wait_timer = [&](Request& r) {
+    auto t0 = Clock::now();
+    r.wait();
+    st.t_wait += secs(t0, Clock::now());
+  };
+  auto post_send = [&](const Op& op, const BufferPool::Ptr& buf) {
+    const Block& b = bt.blocks[size_t(op.block)];
+    const size_t sb = codec.static_bytes(plan, b);
+    DQ_CHECK(buf->size >= sb, "codec produced fewer bytes than its static part");
+    tr.group_start();
+    sends.push_back(PendingSend{tr.isend(buf->data.data(), sb, op.peer, op.tag), buf});
+    if (buf->size > sb)
+      sends.push_back(PendingSend{
+          tr.isend(buf->data.data() + sb, buf->size - sb, op.peer, op.tag | kDynamicTagBit), buf});
+    tr.group_end();
+    st.bytes_sent += int64_t(buf->size);
+    st.messages_sent += 1;
+  };
+  auto reap_sends = [&] {
+    size_t k = 0;
+    for (size_t i = 0; i < sends.size(); ++i) {
+      if (sends[i].req->test()) continue;  // completed: drop request and buffer ref
+      if (k != i) sends[k] = std::move(sends[i]);
+      ++k;
+    }
+    sends.resize(k);
+  };
+  auto post_recvs_upto = [&](size_t must_include) {
+    // Post receives in program order until the window is full, but always
+    // far enough to include op `must_include`.
+    while (next_recv < prog.ops.size()) {
+      const Op& op = prog.ops[next_recv];
+      if (!is_recv(op.role)) {
+        ++next_recv;
+        continue;
+      }
+      if (next_recv > must_include && inflight >= args.window_bytes) break;
+      const Block& b = bt.blocks[size_t(op.block)];
+      const size_t sb = codec.static_bytes(plan, b);
+      auto buf = pool->get(codec.max_message_bytes(plan, b));
+      PostedRecv pr;
+      pr.op = next_recv;
+      pr.static_bytes = sb;
+      pr.buf = buf;
+      pr.req = tr.irecv(buf->data.data(), sb, op.peer, op.tag);
+      inflight += int64_t(buf->data.size());
+      posted.push_back(std::move(pr));
+      ++next_recv;
+    }
+  };
+
+  try {
+    for (size_t i = 0; i < prog.ops.size(); ++i) {
+      const Op& op = prog.ops[i];
+      const Block& blk = bt.blocks[size_t(op.block)];
+      if (is_recv(op.role)) {
+        post_recvs_upto(i);
+        DQ_CHECK(!posted.empty() && posted.front().op == i, "executor: receive order broken");
+        PostedRecv pr = std::move(posted.front());
+        posted.pop_front();
+        wait_timer(*pr.req);
+        size_t total = pr.static_bytes;
+        const size_t dyn = codec.dynamic_bytes(pr.buf->data.data(), plan, blk);
+        if (dyn > 0) {
+          if (dyn > codec.max_dynamic_bytes(plan, blk))
+            throw MalformedMessage(codec.name() + ": dynamic part larger than its bound");
+          auto req = tr.irecv(pr.buf->data.data() + total, dyn, op.peer, op.tag | kDynamicTagBit);
+          wait_timer(*req);
+          total += dyn;
+        }
+        pr.buf->size = total;
+        st.bytes_received += int64_t(total);
+        inflight -= int64_t(pr.buf->data.size());
+        const uint8_t* msg = pr.buf->data.data();
+        switch (op.role) {
+          case Role::kRecvDA: {
+            float* dst = acc.get() + (blk.w0 - acc_w0) * U;
+            kernel_timer([&] { codec.decompress_accumulate(msg, total, local_of(op.block), plan, blk, dst); });
+            in_acc[size_t(op.block)] = 1;
+            break;
+          }
+          case Role::kRecvDAR:
+          case Role::kRecvSink: {
+            auto out = pool->get(codec.max_message_bytes(plan, blk));
+            kernel_timer([&] {
+              out->size = codec.decompress_accumulate_recompress(msg, total, local_of(op.block), plan,
+                                                                 blk, args.rng, out->data.data());
+            });
+            if (op.role == Role::kRecvDAR) {
+              pending[size_t(op.block)] = out;
+            } else {
+              kernel_timer([&] { codec.decompress(out->data.data(), out->size, plan, blk, args.out); });
+              finals[size_t(op.block)] = out;
+            }
+            break;
+          }
+          case Role::kRecvFinal: {
+            kernel_timer([&] { codec.decompress(msg, total, plan, blk, args.out); });
+            finals[size_t(op.block)] = pr.buf;
+            break;
+          }
+          default: throw Error("executor: bad receive role");
+        }
+      } else if (op.role == Role::kLocalSink) {
+        auto out = pool->get(codec.max_message_bytes(plan, blk));
+        kernel_timer([&] {
+          out->size = codec.compress(local_of(op.block), plan, blk, args.rng, out->data.data());
+          codec.decompress(out->data.data(), out->size, plan, blk, args.out);
+        });
+        finals[size_t(op.block)] = out;
+      } else {
+        // A send: receives due soon are posted first (see FIELD-NOTES: with two
+        // ranks, a send posted before its peer's receive serialises on Gloo).
+        post_recvs_upto(i);
+        BufferPool::Ptr buf;
+        if (op.role == Role::kSendLeaf) {
+          buf = pool->get(codec.max_message_bytes(plan, blk));
+          kernel_timer([&] {
+            buf->size = codec.compress(local_of(op.block), plan, blk, args.rng, buf->data.data());
+          });
+        } else if (op.role == Role::kSendPending) {
+          buf = std::move(pending[size_t(op.block)]);
+          DQ_CHECK(buf, "executor: pending bytes missing (schedule bug)");
+        } else {
+          buf = finals[size_t(op.block)];
+          DQ_CHECK(buf, "executor: final bytes missing (schedule bug)");
+        }
+        post_send(op, buf);
+      }
+      if (last_final_use[size_t(op.block)] == i) finals[size_t(op.block)].reset();
+      if (sends.size() > 64) reap_sends();
+    }
+    for (auto& s : sends) wait_timer(*s.req);
+    sends.clear();
+  } catch (...) {
+    park_on_failure(posted, sends, pool);
+    throw;
+  }
+}
+
+}  // namespace dynamiq

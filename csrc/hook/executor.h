@@ -1,0 +1,35 @@
+// Runs one rank's schedule: posts receives ahead (up to a byte window), runs
+// the codec kernel of each op as its message arrives, and posts each send as
+// soon as its bytes exist. With blocks smaller than chunks this pipelines the
+// collective: the receive of block k+1 is in flight while the fused kernel
+// runs on block k and the send of block k-1 drains.
+#pragma once
+
+#include "../kernels/codec.h"
+#include "schedule.h"
+#include "transport.h"
+
+namespace dynamiq {
+
+struct ExecStats {
+  int64_t bytes_sent = 0;
+  int64_t bytes_received = 0;
+  int64_t messages_sent = 0;
+  double t_kernel = 0.0;  // seconds inside codec kernels
+  double t_wait = 0.0;    // seconds blocked waiting for the network
+};
+
+struct ExecArgs {
+  void* bucket = nullptr;       // the rank's input, overwritten with the result
+  Output out;                   // how final values are written (bias add, divisor)
+  RngCtx rng;
+  int64_t window_bytes = 16 << 20;
+};
+
+// Tag bit marking the dynamic part of a two-part message.
+constexpr uint32_t kDynamicTagBit = 1u << 30;
+
+void execute(Transport& tr, const Codec& codec, const Plan& plan, const BlockTable& bt,
+             const Program& prog, const ExecArgs& args, ExecStats& st);
+
+}  // namespace dynamiq

@@ -1,0 +1,168 @@
+#include "inproc_transport.h"
+
+#include <cstring>
+#include <exception>
+#include <thread>
+
+namespace dynamiq {
+
+InprocWorld::InprocWorld(int size, std::chrono::milliseconds timeout)
+    : size_(size), timeout_(timeout) {
+  DQ_CHECK(size >= 1, "in-process world: size must be >= 1");
+}
+
+void InprocWorld::throw_if_failed_locked() const {
+  if (failed_) throw TransportError("in-process peer failed: " + failure_);
+}
+
+void InprocWorld::fail(int rank, const std::string& why) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (!failed_) {
+    failed_ = true;
+    failure_ = "rank " + std::to_string(rank) + ": " + why;
+  }
+  cv_.notify_all();
+}
+
+void InprocWorld::post(int src, int dst, uint32_t tag, const void* data, size_t bytes) {
+  DQ_CHECK(dst >= 0 && dst < size_, "in-process send: bad destination rank");
+  const auto* p = static_cast<const uint8_t*>(data);
+  std::vector<uint8_t> msg(p, p + bytes);
+  std::lock_guard<std::mutex> lk(mu_);
+  mail_[Key{src, dst, tag}].push_back(std::move(msg));
+  cv_.notify_all();
+}
+
+void InprocWorld::take(int src, int dst, uint32_t tag, void* data, size_t bytes) {
+  DQ_CHECK(src >= 0 && src < size_, "in-process recv: bad source rank");
+  std::unique_lock<std::mutex> lk(mu_);
+  const Key key{src, dst, tag};
+  const auto deadline = std::chrono::steady_clock::now() + timeout_;
+  for (;;) {
+    throw_if_failed_locked();
+    auto it = mail_.find(key);
+    if (it != mail_.end() && !it->second.empty()) {
+      std::vector<uint8_t> msg = std::move(it->second.front());
+      it->second.pop_front();
+      if (it->second.empty()) mail_.erase(it);
+      lk.unlock();
+      if (msg.size() != bytes)
+        throw TransportError("in-process recv from rank " + std::to_string(src) + " tag " +
+                             std::to_string(tag) + ": message of " + std::to_string(msg.size()) +
+                             " bytes, receive posted for " + std::to_string(bytes));
+      if (bytes) std::memcpy(data, msg.data(), bytes);
+      return;
+    }
+    if (cv_.wait_until(lk, deadline) == std::cv_status::timeout) {
+      throw TransportError("in-process recv from rank " + std::to_string(src) + " tag " +
+                           std::to_string(tag) + " timed out after " +
+                           std::to_string(timeout_.count()) + " ms");
+    }
+  }
+}
+
+void InprocWorld::allreduce(int rank, int64_t* data, size_t count) {
+  (void)rank;
+  std::unique_lock<std::mutex> lk(mu_);
+  throw_if_failed_locked();
+  const uint64_t gen = ar_generation_;
+  if (ar_arrived_ == 0) ar_sum_.assign(count, 0);
+  DQ_CHECK(ar_sum_.size() == count, "in-process all-reduce: ranks passed different lengths");
+  for (size_t i = 0; i < count; ++i) ar_sum_[i] += data[i];
+  if (++ar_arrived_ == size_) {
+    ar_result_ = ar_sum_;
+    ar_arrived_ = 0;
+    ++ar_generation_;
+    cv_.notify_all();
+  } else {
+    const auto deadline = std::chrono::steady_clock::now() + timeout_;
+    while (ar_generation_ == gen) {
+      throw_if_failed_locked();
+      if (cv_.wait_until(lk, deadline) == std::cv_status::timeout)
+        throw TransportError("in-process all-reduce timed out");
+    }
+  }
+  std::memcpy(data, ar_result_.data(), count * sizeof(int64_t));
+}
+
+void InprocWorld::run(const std::function<void(int, Transport&)>& fn) {
+  std::vector<std::exception_ptr> errors(static_cast<size_t>(size_));
+  std::vector<std::thread> threads;
+  threads.reserve(size_t(size_));
+  for (int r = 0; r < size_; ++r) {
+    threads.emplace_back([&, r] {
+      InprocTransport t(*this, r);
+      try {
+        fn(r, t);
+      } catch (const std::exception& e) {
+        errors[size_t(r)] = std::current_exception();
+        fail(r, e.what());
+      } catch (...) {
+        errors[size_t(r)] = std::current_exception();
+        fail(r, "unknown exception");
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  // Prefer the root cause over "peer failed" follow-ups.
+  std::exception_ptr first, first_root;
+  for (auto& e : errors) {
+    if (!e) continue;
+    if (!first) first = e;
+    try {
+      std::rethrow_exception(e);
+    } catch (const TransportError& te) {
+      if (std::string(te.what()).rfind("in-process peer failed", 0) == 0) continue;
+      if (!first_root) first_root = e;
+    } catch (...) {
+      if (!first_root) first_root = e;
+    }
+  }
+  if (first_root) std::rethrow_exception(first_root);
+  if (first) std::rethrow_exception(first);
+}
+
+namespace {
+
+class InprocRecv final : public Request {
+ public:
+  InprocRecv(InprocWorld& w, int src, int dst, uint32_t tag, void* buf, size_t bytes)
+      : w_(w), src_(src), dst_(dst), tag_(tag), buf_(buf), bytes_(bytes) {}
+  void wait() override {
+    if (done_) return;
+    w_.take(src_, dst_, tag_, buf_, bytes_);
+    done_ = true;
+  }
+
+ private:
+  InprocWorld& w_;
+  int src_, dst_;
+  uint32_t tag_;
+  void* buf_;
+  size_t bytes_;
+  bool done_ = false;
+};
+
+class DoneRequest final : public Request {
+ public:
+  void wait() override {}
+  bool test() override { return true; }
+};
+
+}  // namespace
+
+std::unique_ptr<Request> InprocTransport::irecv(void* buf, size_t bytes, int src, uint32_t tag) {
+  return std::make_unique<InprocRecv>(world_, src, rank_, tag, buf, bytes);
+}
+
+std::unique_ptr<Request> InprocTransport::isend(const void* buf, size_t bytes, int dst,
+                                                uint32_t tag) {
+  world_.post(rank_, dst, tag, buf, bytes);
+  return std::make_unique<DoneRequest>();
+}
+
+void InprocTransport::allreduce_sum_i64(int64_t* data, size_t count) {
+  world_.allreduce(rank_, data, count);
+}
+
+}  // namespace dynamiq

@@ -1,0 +1,72 @@
+// An in-process transport: n ranks as threads sharing one InprocWorld.
+// Sends are eager (the bytes are copied into the receiver's mailbox at once),
+// receives block until a message with the same (source, tag) arrives and
+// must have exactly the posted size. If any rank fails, the world is marked
+// failed and every blocked peer raises at once instead of waiting out the
+// timeout.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "transport.h"
+
+namespace dynamiq {
+
+class InprocWorld {
+ public:
+  explicit InprocWorld(int size, std::chrono::milliseconds timeout = std::chrono::seconds(120));
+  int size() const { return size_; }
+
+  // Runs fn(rank, transport) on `size` threads and rethrows the first failure
+  // (the lowest rank's exception if several failed).
+  void run(const std::function<void(int, Transport&)>& fn);
+
+  // Marks the world failed: blocked receives and reductions raise.
+  void fail(int rank, const std::string& why);
+
+  // -- used by InprocTransport --
+  void post(int src, int dst, uint32_t tag, const void* data, size_t bytes);
+  void take(int src, int dst, uint32_t tag, void* data, size_t bytes);
+  void allreduce(int rank, int64_t* data, size_t count);
+
+ private:
+  using Key = std::tuple<int, int, uint32_t>;  // src, dst, tag
+  void throw_if_failed_locked() const;
+
+  const int size_;
+  const std::chrono::milliseconds timeout_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<Key, std::deque<std::vector<uint8_t>>> mail_;
+  bool failed_ = false;
+  std::string failure_;
+  // all-reduce rendezvous
+  uint64_t ar_generation_ = 0;
+  int ar_arrived_ = 0;
+  std::vector<int64_t> ar_sum_;
+  std::vector<int64_t> ar_result_;
+};
+
+class InprocTransport final : public Transport {
+ public:
+  InprocTransport(InprocWorld& world, int rank) : world_(world), rank_(rank) {}
+  int rank() const override { return rank_; }
+  int size() const override { return world_.size(); }
+  std::unique_ptr<Request> irecv(void* buf, size_t bytes, int src, uint32_t tag) override;
+  std::unique_ptr<Request> isend(const void* buf, size_t bytes, int dst, uint32_t tag) override;
+  void allreduce_sum_i64(int64_t* data, size_t count) override;
+
+ private:
+  InprocWorld& world_;
+  const int rank_;
+};
+
+}  // namespace dynamiq

@@ -1,0 +1,56 @@
+// A Scheme is one compression mode as the driver sees it: an optional local
+// statistics pass (whose output is all-reduced), a planner, and a codec.
+#pragma once
+
+#include <memory>
+
+#include "../kernels/codec.h"
+#include "config.h"
+
+namespace dynamiq {
+
+// Allocator state carried across steps per bucket (appendix A's offset u).
+struct PlanState {
+  bool has_u = false;
+  double u = 0.0;
+};
+
+// What the planner decided, for the hook's per-step statistics.
+struct PlanInfo {
+  // Units per width: index 0..4 for widths 1, 2, 4, 8, 16.
+  int64_t width_units[5] = {0, 0, 0, 0, 0};
+  // Wire bits per coordinate of one full copy of the bucket (all metadata included).
+  double bits_per_coord = 0.0;
+};
+
+class Scheme {
+ public:
+  virtual ~Scheme() = default;
+  virtual const Codec& codec() const = 0;
+  // True for modes whose result is exact (none, lossless): non-finite values
+  // pass through them unchanged, so no fallback is needed.
+  virtual bool exact() const = 0;
+  // Number of floats of per-bucket statistics to all-reduce before planning.
+  virtual int64_t stats_count(DType dtype, int64_t numel) const {
+    (void)dtype, (void)numel;
+    return 0;
+  }
+  // One local pass over the bucket: fills `stats` (stats_count floats) and
+  // returns true if the bucket holds a non-finite value. Exact schemes may
+  // skip the scan and return false.
+  virtual bool local_pass(const void* data, DType dtype, int64_t numel, float* stats) const = 0;
+  // The plan, identical on every rank given identical inputs.
+  virtual Plan make_plan(DType dtype, int64_t numel, int num_chunks, int world,
+                         const float* global_stats, PlanState& state, PlanInfo& info) const = 0;
+};
+
+// The exact (uncompressed) scheme: identity codec, natural order.
+std::unique_ptr<Scheme> make_none_scheme(const CollectiveConfig& cfg);
+
+// Factory for cfg.mode. Throws Error for a mode this build does not provide.
+std::unique_ptr<Scheme> make_scheme(const CollectiveConfig& cfg);
+
+// True if any element of the bucket is inf or nan.
+bool has_nonfinite(const void* data, DType dtype, int64_t numel);
+
+}  // namespace dynamiq

@@ -1,0 +1,57 @@
+// Point-to-point byte transport under the collective driver. Two
+// implementations: C10dTransport (send/recv on a c10d::ProcessGroup: Gloo on
+// CPU, NCCL on GPU) and InprocTransport (threads in one process, for
+// dynamiq.simulate and the GoogleTest schedules). The driver only ever talks
+// to this interface, so a simulated run sends exactly the bytes a real run
+// sends.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "../kernels/common.h"
+
+namespace dynamiq {
+
+class TransportError : public Error {
+ public:
+  explicit TransportError(const std::string& what) : Error(what) {}
+};
+
+// One posted send or receive. wait() blocks until it completes and throws
+// TransportError on failure or timeout.
+class Request {
+ public:
+  virtual ~Request() = default;
+  virtual void wait() = 0;
+  // Non-blocking completion check (may return false conservatively).
+  virtual bool test() { return false; }
+};
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+
+  // Messages between a pair of ranks are matched in posting order per tag;
+  // the driver gives every message of one collective its own tag and posts
+  // sends and receives to each peer in the same order on both sides (NCCL
+  // ignores tags and matches by order). A receive must be posted with the
+  // exact size of the message.
+  virtual std::unique_ptr<Request> irecv(void* buf, size_t bytes, int src, uint32_t tag) = 0;
+  virtual std::unique_ptr<Request> isend(const void* buf, size_t bytes, int dst, uint32_t tag) = 0;
+
+  // Brackets for posts that must be issued together (NCCL group semantics);
+  // no-ops for transports without that constraint.
+  virtual void group_start() {}
+  virtual void group_end() {}
+
+  // Elementwise sum of small int64 vectors over all ranks (the header
+  // exchange). Integer sums are exact in any order, so every rank gets the
+  // same answer from any backend.
+  virtual void allreduce_sum_i64(int64_t* data, size_t count) = 0;
+};
+
+}  // namespace dynamiq

@@ -1,0 +1,143 @@
+// The codec interface: the only thing the collective driver knows about
+// compression. A bucket is cut into fixed-size *units* (a codec's natural
+// granule: a DynamiQ super-group, a bit-split group run, a raw slab). The plan
+// puts units in *wire order* (for DynamiQ: reordered by width and balanced
+// across chunks) and cuts the wire order into chunks, one per owner rank. The
+// driver cuts chunks into *blocks* (pipelining sub-chunks); every message on
+// the wire carries one block, and a codec encodes or decodes one block at a
+// time.
+//
+// A block message is a *static part*, whose size every rank knows from the
+// plan, followed by an optional *dynamic part* (lossless escapes), whose size
+// the receiver reads from the validated static part. Fixed-size codecs have
+// no dynamic part.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common.h"
+#include "philox.h"
+
+namespace dynamiq {
+
+// How a bucket is laid out for one collective. Built identically on every rank
+// from the same inputs (the all-reduced statistics and the config).
+struct Plan {
+  DType dtype = DType::kF32;
+  int64_t numel = 0;
+  int32_t unit = 256;     // elements per unit (the last unit may be partial)
+  int64_t num_units = 0;  // ceil(numel / unit)
+
+  // order[w] = source unit index at wire position w. Empty means identity.
+  std::vector<int32_t> order;
+  // Per *source* unit: bits per element chosen by the allocator (DynamiQ); empty otherwise.
+  std::vector<uint8_t> bits;
+  // Per *source* unit: value subtracted before compression and added back after
+  // (DynamiQ's super-group mean); empty means 0.
+  std::vector<float> bias;
+  // wire_offset[w] = fixed wire bytes of wire positions [0, w) (size num_units + 1).
+  // For variable-size codecs it holds an estimate used only for balancing.
+  std::vector<int64_t> wire_offset;
+  // chunk_begin[c] = first wire position of chunk c (size num_chunks + 1).
+  std::vector<int64_t> chunk_begin;
+
+  int64_t src_unit(int64_t w) const { return order.empty() ? w : order[size_t(w)]; }
+  int64_t unit_elem_begin(int64_t src) const { return src * unit; }
+  int64_t unit_elem_count(int64_t src) const {
+    int64_t b = src * unit;
+    int64_t e = b + unit < numel ? b + unit : numel;
+    return e - b;
+  }
+  float unit_bias(int64_t src) const { return bias.empty() ? 0.0f : bias[size_t(src)]; }
+  int num_chunks() const { return int(chunk_begin.size()) - 1; }
+};
+
+// A run of wire positions [w0, w1) that travels as one message.
+struct Block {
+  int64_t w0 = 0, w1 = 0;
+  int64_t units() const { return w1 - w0; }
+  bool empty() const { return w1 <= w0; }
+};
+
+// Where a rank's current partial value for the units of a block lives.
+//  - in the caller's bucket (first touch): element e of source unit s is
+//    bucket[s*unit + i] minus plan.bias[s]; elements past numel read as 0;
+//  - or in a float accumulator laid out in wire order, `plan.unit` floats per
+//    wire position, acc[(w - acc_w0) * unit + i] (bias already removed).
+struct Local {
+  const void* bucket = nullptr;
+  const float* acc = nullptr;
+  int64_t acc_w0 = 0;
+};
+
+// Where a decompressed final result goes: bucket[s*unit + i] =
+//   dtype_round((value + bias_scale * plan.bias[s]) * scale)
+// (for DynamiQ bias_scale = world size, adding back the n summed means; scale
+// is 1 for sum and 1/n applied as a division for mean).
+struct Output {
+  void* bucket = nullptr;
+  float bias_scale = 0.0f;
+  float divisor = 1.0f;
+};
+
+// Randomness context of one compression call.
+struct RngCtx {
+  RngKey key{0, 0};
+  int rank = 0;        // this rank in the group
+  int world = 1;       // group size: the n of correlated rounding
+  bool correlated = true;
+  bool stochastic = true;
+};
+
+class Codec {
+ public:
+  virtual ~Codec() = default;
+  virtual std::string name() const = 0;
+
+  // Size of the static part of block [w0, w1).
+  virtual size_t static_bytes(const Plan& plan, const Block& b) const = 0;
+  // Upper bound of the dynamic part (0 for fixed-size codecs).
+  virtual size_t max_dynamic_bytes(const Plan& plan, const Block& b) const {
+    (void)plan, (void)b;
+    return 0;
+  }
+  // Size of the dynamic part announced by a received static part. Must validate
+  // the static part's header and never return more than max_dynamic_bytes.
+  virtual size_t dynamic_bytes(const uint8_t* static_part, const Plan& plan, const Block& b) const {
+    (void)static_part, (void)plan, (void)b;
+    return 0;
+  }
+  size_t max_message_bytes(const Plan& plan, const Block& b) const {
+    return static_bytes(plan, b) + max_dynamic_bytes(plan, b);
+  }
+
+  // Leaf: out <- compress(local). Returns the bytes written (static + dynamic).
+  virtual size_t compress(const Local& x, const Plan& plan, const Block& b, const RngCtx& rng,
+                          uint8_t* out) const = 0;
+  // All-gather receiver and sink: final values -> Output.
+  virtual void decompress(const uint8_t* in, size_t in_bytes, const Plan& plan, const Block& b,
+                          const Output& y) const = 0;
+  // acc <- x + decompress(in). `acc` is laid out in wire order starting at b.w0;
+  // x may alias acc.
+  virtual void decompress_accumulate(const uint8_t* in, size_t in_bytes, const Local& x,
+                                     const Plan& plan, const Block& b, float* acc) const = 0;
+  // Fused middle hop: out <- compress(x + decompress(in)), one pass, no
+  // full-precision temporary beyond one unit. Returns the bytes written.
+  virtual size_t decompress_accumulate_recompress(const uint8_t* in, size_t in_bytes,
+                                                  const Local& x, const Plan& plan,
+                                                  const Block& b, const RngCtx& rng,
+                                                  uint8_t* out) const = 0;
+};
+
+// ---- helpers shared by codecs -------------------------------------------------
+
+// Throws MalformedMessage unless a received message has exactly the expected size.
+inline void check_message_size(size_t got, size_t expected, const char* codec) {
+  if (got != expected)
+    throw MalformedMessage(std::string(codec) + ": block of " + std::to_string(got) +
+                           " bytes, expected " + std::to_string(expected));
+}
+
+}  // namespace dynamiq

@@ -1,0 +1,147 @@
+// Bit-exact conversions between float32 and the 16-bit formats, identical on
+// host and device (no reliance on compiler intrinsics, so the CPU path and the
+// CUDA path round the same way). Round-to-nearest-even, NaN kept quiet with
+// its payload's top bits, as PyTorch's own conversions do.
+#pragma once
+
+#include <cstring>
+
+#include "common.h"
+
+namespace dynamiq {
+
+DQ_HD uint32_t f32_bits(float f) {
+#if defined(__CUDA_ARCH__)
+  return __float_as_uint(f);
+#else
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+#endif
+}
+
+DQ_HD float bits_f32(uint32_t u) {
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(u);
+#else
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+#endif
+}
+
+DQ_HD float bf16_to_f32(uint16_t h) { return bits_f32(uint32_t(h) << 16); }
+
+DQ_HD uint16_t f32_to_bf16(float f) {
+  uint32_t u = f32_bits(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t((u >> 16) | 0x0040u);  // quiet NaN
+  uint32_t rounding_bias = 0x7fffu + ((u >> 16) & 1u);
+  return uint16_t((u + rounding_bias) >> 16);
+}
+
+// Round toward +infinity in magnitude-agnostic sense: the smallest bf16 >= f
+// (for f >= 0). Used for the super-group scale so that no group scale exceeds it.
+DQ_HD uint16_t f32_to_bf16_ceil_pos(float f) {
+  uint32_t u = f32_bits(f);
+  uint16_t h = uint16_t(u >> 16);
+  if ((u & 0xffffu) != 0 && (u & 0x7f800000u) != 0x7f800000u) h = uint16_t(h + 1);
+  return h;
+}
+
+DQ_HD float f16_to_f32(uint16_t h) {
+  uint32_t sign = uint32_t(h & 0x8000u) << 16;
+  uint32_t exp = (h >> 10) & 0x1fu;
+  uint32_t man = h & 0x3ffu;
+  uint32_t u;
+  if (exp == 0) {
+    if (man == 0) {
+      u = sign;
+    } else {  // subnormal: normalise
+      int e = -1;
+      do {
+        ++e;
+        man <<= 1;
+      } while ((man & 0x400u) == 0);
+      u = sign | (uint32_t(127 - 15 - e) << 23) | ((man & 0x3ffu) << 13);
+    }
+  } else if (exp == 0x1f) {
+    u = sign | 0x7f800000u | (man << 13);
+    if (man) u |= 0x00400000u;  // quiet
+  } else {
+    u = sign | ((exp + (127 - 15)) << 23) | (man << 13);
+  }
+  return bits_f32(u);
+}
+
+DQ_HD uint16_t f32_to_f16(float f) {
+  uint32_t u = f32_bits(f);
+  uint16_t sign = uint16_t((u >> 16) & 0x8000u);
+  uint32_t a = u & 0x7fffffffu;
+  if (a > 0x7f800000u) return uint16_t(sign | 0x7e00u | ((a >> 13) & 0x3ffu));  // NaN
+  if (a >= 0x477ff000u) return uint16_t(sign | 0x7c00u);  // rounds to >= 65520: inf
+  if (a < 0x38800000u) {                                    // result subnormal or zero
+    if (a < 0x33000000u) return sign;                       // < 2^-25: rounds to 0
+    uint32_t e = a >> 23;
+    uint32_t m = (a & 0x7fffffu) | 0x800000u;
+    uint32_t shift = 126u - e;  // 14 + (113 - e) - 1 ... bring to 2^-24 units
+    // value = m * 2^(e-150); in units of 2^-24: m * 2^(e-126) = m >> (126-e)
+    uint32_t q = m >> shift;
+    uint32_t rem = m & ((1u << shift) - 1u);
+    uint32_t half = 1u << (shift - 1);
+    if (rem > half || (rem == half && (q & 1u))) ++q;
+    return uint16_t(sign | q);
+  }
+  // normal
+  uint32_t r = a + 0xfffu + ((a >> 13) & 1u);
+  r -= (112u << 23);
+  return uint16_t(sign | (r >> 13));
+}
+
+template <DType T>
+struct DTypeTraits;
+
+template <>
+struct DTypeTraits<DType::kF32> {
+  using storage = float;
+  static DQ_HD float load(const storage* p, int64_t i) { return p[i]; }
+  static DQ_HD void store(storage* p, int64_t i, float v) { p[i] = v; }
+  static DQ_HD float round(float v) { return v; }
+};
+
+template <>
+struct DTypeTraits<DType::kBF16> {
+  using storage = uint16_t;
+  static DQ_HD float load(const storage* p, int64_t i) { return bf16_to_f32(p[i]); }
+  static DQ_HD void store(storage* p, int64_t i, float v) { p[i] = f32_to_bf16(v); }
+  static DQ_HD float round(float v) { return bf16_to_f32(f32_to_bf16(v)); }
+};
+
+template <>
+struct DTypeTraits<DType::kF16> {
+  using storage = uint16_t;
+  static DQ_HD float load(const storage* p, int64_t i) { return f16_to_f32(p[i]); }
+  static DQ_HD void store(storage* p, int64_t i, float v) { p[i] = f32_to_f16(v); }
+  static DQ_HD float round(float v) { return f16_to_f32(f32_to_f16(v)); }
+};
+
+// Runtime-to-compile-time dtype switch: DQ_DISPATCH_DTYPE(t, T, { body using T; })
+#define DQ_DISPATCH_DTYPE(dtype, T, ...)                            \
+  [&] {                                                             \
+    switch (dtype) {                                                \
+      case ::dynamiq::DType::kF32: {                                \
+        constexpr ::dynamiq::DType T = ::dynamiq::DType::kF32;      \
+        return __VA_ARGS__();                                       \
+      }                                                             \
+      case ::dynamiq::DType::kBF16: {                               \
+        constexpr ::dynamiq::DType T = ::dynamiq::DType::kBF16;     \
+        return __VA_ARGS__();                                       \
+      }                                                             \
+      case ::dynamiq::DType::kF16: {                                \
+        constexpr ::dynamiq::DType T = ::dynamiq::DType::kF16;      \
+        return __VA_ARGS__();                                       \
+      }                                                             \
+    }                                                               \
+    throw ::dynamiq::Error("unsupported dtype");                    \
+  }()
+
+}  // namespace dynamiq

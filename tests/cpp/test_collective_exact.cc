@@ -1,0 +1,238 @@
+// The collective driver with the identity codec over the in-process
+// transport: every topology and world size gives the exact elementwise sum on
+// every rank, bit-identical across ranks.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <set>
+#include <vector>
+
+#include "hook/collective.h"
+#include "hook/inproc_transport.h"
+#include "hook/schedule.h"
+#include "kernels/float_bits.h"
+#include "kernels/identity_codec.h"
+
+namespace dynamiq {
+namespace {
+
+struct Case {
+  Topology topo;
+  int n;
+  int64_t numel;
+};
+
+std::string topo_str(Topology t) { return topology_name(t); }
+
+// Integer-valued inputs: every partial sum is exact in float32, so any
+// summation order must give exactly the reference.
+std::vector<std::vector<float>> integer_inputs(int n, int64_t numel, uint32_t seed) {
+  std::mt19937 g(seed);
+  std::uniform_int_distribution<int> d(-1000, 1000);
+  std::vector<std::vector<float>> x(static_cast<size_t>(n), std::vector<float>(static_cast<size_t>(numel)));
+  for (auto& v : x)
+    for (auto& e : v) e = float(d(g));
+  return x;
+}
+
+CollectiveConfig exact_cfg(Topology t, int64_t block_bytes) {
+  CollectiveConfig c;
+  c.mode = Mode::kNone;
+  c.topology = t;
+  c.block_bytes = block_bytes;
+  return c;
+}
+
+void run_all(int n, const CollectiveConfig& cfg, std::vector<std::vector<float>>& data,
+             ReduceOp op = ReduceOp::kSum) {
+  InprocWorld world(n, std::chrono::seconds(30));
+  world.run([&](int r, Transport& t) {
+    CallArgs a;
+    a.data = data[size_t(r)].data();
+    a.dtype = DType::kF32;
+    a.numel = int64_t(data[size_t(r)].size());
+    a.op = op;
+    all_reduce(t, cfg, a);
+  });
+}
+
+class ExactSum : public ::testing::TestWithParam<std::tuple<Topology, int>> {};
+
+TEST_P(ExactSum, IntegerInputsSumExactlyOnEveryRank) {
+  const auto [topo, n] = GetParam();
+  for (int64_t numel : {int64_t(0), int64_t(1), int64_t(7), int64_t(255), int64_t(256),
+                        int64_t(257), int64_t(1000), int64_t(n * 256 + 3), int64_t(100003)}) {
+    for (int64_t block_bytes : {int64_t(1024), int64_t(1 << 20)}) {
+      auto x = integer_inputs(n, numel, uint32_t(numel * 31 + n));
+      std::vector<float> ref(size_t(numel), 0.f);
+      for (auto& v : x)
+        for (int64_t i = 0; i < numel; ++i) ref[size_t(i)] += v[size_t(i)];
+      run_all(n, exact_cfg(topo, block_bytes), x);
+      for (int r = 0; r < n; ++r)
+        for (int64_t i = 0; i < numel; ++i)
+          ASSERT_EQ(x[size_t(r)][size_t(i)], ref[size_t(i)])
+              << topo_str(topo) << " n=" << n << " numel=" << numel << " rank " << r << " i=" << i;
+    }
+  }
+}
+
+TEST_P(ExactSum, RandomInputsBitIdenticalAcrossRanks) {
+  const auto [topo, n] = GetParam();
+  const int64_t numel = 5000;
+  std::mt19937 g(n);
+  std::normal_distribution<float> d(0.f, 1.f);
+  std::vector<std::vector<float>> x(static_cast<size_t>(n), std::vector<float>(static_cast<size_t>(numel)));
+  std::vector<double> ref(size_t(numel), 0.0);
+  for (auto& v : x)
+    for (int64_t i = 0; i < numel; ++i) {
+      v[size_t(i)] = d(g);
+      ref[size_t(i)] += v[size_t(i)];
+    }
+  run_all(n, exact_cfg(topo, 2048), x, ReduceOp::kMean);
+  for (int r = 0; r < n; ++r)
+    for (int64_t i = 0; i < numel; ++i) {
+      ASSERT_EQ(f32_bits(x[size_t(r)][size_t(i)]), f32_bits(x[0][size_t(i)])) << "rank " << r;
+      // float32 summation of n terms: relative error bound ~ n * 2^-24 of sum |x|.
+      ASSERT_NEAR(x[size_t(r)][size_t(i)], ref[size_t(i)] / n, 1e-5 * (1 + std::abs(ref[size_t(i)])));
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    AllTopologies, ExactSum,
+    ::testing::Combine(::testing::Values(Topology::kRing, Topology::kButterfly, Topology::kTwoStep),
+                       ::testing::Range(1, 10)),
+    [](const auto& info) {
+      return topo_str(std::get<0>(info.param)) + "_n" + std::to_string(std::get<1>(info.param));
+    });
+
+TEST(ExactSum, LargeBucketRingAndButterfly) {
+  for (Topology t : {Topology::kRing, Topology::kButterfly}) {
+    const int n = 5;
+    const int64_t numel = (1 << 20) + 17;
+    auto x = integer_inputs(n, numel, 7);
+    std::vector<float> ref(size_t(numel), 0.f);
+    for (auto& v : x)
+      for (int64_t i = 0; i < numel; ++i) ref[size_t(i)] += v[size_t(i)];
+    run_all(n, exact_cfg(t, 64 << 10), x);
+    for (int r = 0; r < n; ++r) ASSERT_EQ(x[size_t(r)], ref) << topo_str(t) << " rank " << r;
+  }
+}
+
+TEST(ExactSum, Bf16AndF16RoundLikeTheReference) {
+  // 16-bit buckets: every hop sums in float32 and rounds to the bucket type.
+  // Small integers stay exact in both formats, so the result is exact.
+  for (DType dt : {DType::kBF16, DType::kF16}) {
+    for (Topology t : {Topology::kRing, Topology::kButterfly, Topology::kTwoStep}) {
+      const int n = 4;
+      const int64_t numel = 3001;
+      std::mt19937 g(3);
+      std::uniform_int_distribution<int> d(-20, 20);
+      std::vector<std::vector<uint16_t>> x(n, std::vector<uint16_t>(size_t(numel)));
+      std::vector<float> ref(size_t(numel), 0.f);
+      for (auto& v : x)
+        for (int64_t i = 0; i < numel; ++i) {
+          float f = float(d(g));
+          v[size_t(i)] = dt == DType::kBF16 ? f32_to_bf16(f) : f32_to_f16(f);
+          ref[size_t(i)] += f;
+        }
+      InprocWorld world(n);
+      world.run([&](int r, Transport& tr) {
+        CallArgs a;
+        a.data = x[size_t(r)].data();
+        a.dtype = dt;
+        a.numel = numel;
+        all_reduce(tr, exact_cfg(t, 1024), a);
+      });
+      for (int r = 0; r < n; ++r)
+        for (int64_t i = 0; i < numel; ++i) {
+          float got = dt == DType::kBF16 ? bf16_to_f32(x[size_t(r)][size_t(i)])
+                                         : f16_to_f32(x[size_t(r)][size_t(i)]);
+          ASSERT_EQ(got, ref[size_t(i)]);
+        }
+    }
+  }
+}
+
+TEST(Header, MismatchedConfigRaisesSameErrorOnEveryRank) {
+  const int n = 3;
+  InprocWorld world(n, std::chrono::seconds(10));
+  std::vector<std::string> errors(n);
+  std::vector<float> buf(100, 1.f);
+  world.run([&](int r, Transport& t) {
+    CollectiveConfig c;
+    c.seed = r == 1 ? 99 : 0;  // rank 1 disagrees
+    std::vector<float> x(buf);
+    CallArgs a;
+    a.data = x.data();
+    a.numel = 100;
+    try {
+      all_reduce(t, c, a);
+    } catch (const Error& e) {
+      errors[size_t(r)] = e.what();
+    }
+  });
+  for (int r = 0; r < n; ++r) {
+    EXPECT_NE(errors[size_t(r)].find("ranks disagree on config fingerprint"), std::string::npos)
+        << errors[size_t(r)];
+    EXPECT_EQ(errors[size_t(r)], errors[0]);
+  }
+}
+
+TEST(Header, MismatchedNumelNamesTheField) {
+  InprocWorld world(2, std::chrono::seconds(10));
+  std::vector<std::string> errors(2);
+  world.run([&](int r, Transport& t) {
+    std::vector<float> x(size_t(100 + r), 1.f);
+    CallArgs a;
+    a.data = x.data();
+    a.numel = int64_t(x.size());
+    try {
+      all_reduce(t, CollectiveConfig{}, a);
+    } catch (const Error& e) {
+      errors[size_t(r)] = e.what();
+    }
+  });
+  for (auto& e : errors) EXPECT_NE(e.find("ranks disagree on numel"), std::string::npos) << e;
+}
+
+TEST(Header, ReportedInputErrorAbortsEveryRank) {
+  InprocWorld world(3, std::chrono::seconds(10));
+  std::vector<std::string> errors(3);
+  world.run([&](int r, Transport& t) {
+    std::vector<float> x(64, 1.f);
+    CallArgs a;
+    a.data = x.data();
+    a.numel = 64;
+    if (r == 2) a.local_error = InputError::kDType;
+    try {
+      all_reduce(t, CollectiveConfig{}, a);
+    } catch (const Error& e) {
+      errors[size_t(r)] = e.what();
+    }
+  });
+  for (auto& e : errors) EXPECT_NE(e.find("1 rank(s) reported unsupported dtype"), std::string::npos) << e;
+}
+
+TEST(Schedule, EveryMessageHasAMatchingReceiveOfTheSameBlock) {
+  // For every topology and world size: the multiset of (src, dst, tag, block)
+  // over all sends equals that over all receives.
+  for (Topology t : {Topology::kRing, Topology::kButterfly, Topology::kTwoStep}) {
+    for (int n = 1; n <= 17; ++n) {
+      Plan plan = make_identity_plan(DType::kF32, 50000, topology_chunks(t, n));
+      BlockTable bt = make_blocks(plan, 4096);
+      std::multiset<std::tuple<int, int, uint32_t, int>> sends, recvs;
+      for (int r = 0; r < n; ++r) {
+        Program p = make_program(t, r, n, bt);
+        for (const Op& op : p.ops) {
+          if (is_send(op.role)) sends.insert({r, op.peer, op.tag, op.block});
+          if (is_recv(op.role)) recvs.insert({op.peer, r, op.tag, op.block});
+        }
+      }
+      EXPECT_EQ(sends, recvs) << topology_name(t) << " n=" << n;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace dynamiq
