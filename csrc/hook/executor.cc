@@ -14,37 +14,61 @@ double secs(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
 
-// Reusable byte buffers: block messages are all about the same size, so a
-// small free list avoids an mmap/munmap and page faults per message.
+// Reusable byte buffers. Block messages are all about the same size, and a
+// fresh allocation per message costs an mmap, page faults and munmap (on a
+// 16 MB fp32 bucket that was slower than the transfer itself), so buffers
+// live in a per-thread pool that persists across collectives (each group's
+// collectives run on one worker thread). Memory is not zero-filled.
 class BufferPool {
  public:
   struct Buf {
-    std::vector<uint8_t> data;
+    std::unique_ptr<uint8_t[]> mem;
+    size_t capacity = 0;
     size_t size = 0;  // bytes in use
+    uint8_t* data() { return mem.get(); }
   };
   using Ptr = std::shared_ptr<Buf>;
 
   Ptr get(size_t capacity) {
     std::unique_ptr<Buf> b;
-    for (size_t i = 0; i < free_.size(); ++i) {
-      if (free_[i]->data.size() >= capacity) {
-        b = std::move(free_[i]);
-        free_[i] = std::move(free_.back());
-        free_.pop_back();
-        break;
-      }
-    }
-    if (!b) {
+    // Best fit: the smallest free buffer that is large enough.
+    size_t best = free_.size();
+    for (size_t i = 0; i < free_.size(); ++i)
+      if (free_[i]->capacity >= capacity &&
+          (best == free_.size() || free_[i]->capacity < free_[best]->capacity))
+        best = i;
+    if (best < free_.size()) {
+      b = std::move(free_[best]);
+      free_[best] = std::move(free_.back());
+      free_.pop_back();
+      retained_ -= b->capacity;
+    } else {
       b = std::make_unique<Buf>();
-      b->data.resize(capacity);
+      b->mem.reset(new uint8_t[capacity > 0 ? capacity : 1]);
+      b->capacity = capacity;
     }
     b->size = 0;
-    return Ptr(b.release(), [this](Buf* p) { free_.emplace_back(p); });
+    return Ptr(b.release(), [this](Buf* p) { put(p); });
   }
 
  private:
+  void put(Buf* p) {
+    std::unique_ptr<Buf> b(p);
+    if (retained_ + b->capacity > kMaxRetained) return;  // freed
+    retained_ += b->capacity;
+    free_.push_back(std::move(b));
+  }
+  static constexpr size_t kMaxRetained = size_t(1) << 30;
   std::vector<std::unique_ptr<Buf>> free_;
+  size_t retained_ = 0;
 };
+
+// The calling thread's pool; replaced (and the old one leaked) after a failure.
+BufferPool*& thread_pool() {
+  thread_local BufferPool* pool = nullptr;
+  if (!pool) pool = new BufferPool();
+  return pool;
+}
 
 struct PendingSend {
   std::unique_ptr<Request> req;
@@ -61,8 +85,7 @@ struct PostedRecv {
 // On failure, requests may still reference buffers (a posted receive can be
 // written by the backend later). Park them forever rather than free memory a
 // backend might still write; the process group is unusable after a failure.
-void park_on_failure(std::deque<PostedRecv>& recvs, std::vector<PendingSend>& sends,
-                     std::unique_ptr<BufferPool>& pool) {
+void park_on_failure(std::deque<PostedRecv>& recvs, std::vector<PendingSend>& sends) {
   static std::mutex mu;
   static std::vector<std::shared_ptr<void>>* graveyard = new std::vector<std::shared_ptr<void>>();
   std::lock_guard<std::mutex> lk(mu);
@@ -76,8 +99,9 @@ void park_on_failure(std::deque<PostedRecv>& recvs, std::vector<PendingSend>& se
   }
   recvs.clear();
   sends.clear();
-  // Buffers returned to the pool later must not be freed either.
-  graveyard->push_back(std::shared_ptr<void>(pool.release(), [](void*) {}));
+  // Buffers returned to the pool later must not be reused or freed either:
+  // abandon this thread's pool (leaked on purpose) and start a new one.
+  thread_pool() = new BufferPool();
 }
 
 }  // namespace
@@ -107,9 +131,7 @@ void execute(Transport& tr, const Codec& codec, const Plan& plan, const BlockTab
       last_final_use[size_t(op.block)] = i;
   }
 
-  // The pool is declared before every holder of its buffers: their deleters
-  // return buffers to it, so it must be destroyed last.
-  auto pool = std::make_unique<BufferPool>();
+  BufferPool* pool = thread_pool();
   std::vector<uint8_t> in_acc(nb, 0);
   std::vector<BufferPool::Ptr> pending(nb), finals(nb);
   std::deque<PostedRecv> posted;
@@ -142,10 +164,10 @@ void execute(Transport& tr, const Codec& codec, const Plan& plan, const BlockTab
     const size_t sb = codec.static_bytes(plan, b);
     DQ_CHECK(buf->size >= sb, "codec produced fewer bytes than its static part");
     tr.group_start();
-    sends.push_back(PendingSend{tr.isend(buf->data.data(), sb, op.peer, op.tag), buf});
+    sends.push_back(PendingSend{tr.isend(buf->data(), sb, op.peer, op.tag), buf});
     if (buf->size > sb)
       sends.push_back(PendingSend{
-          tr.isend(buf->data.data() + sb, buf->size - sb, op.peer, op.tag | kDynamicTagBit), buf});
+          tr.isend(buf->data() + sb, buf->size - sb, op.peer, op.tag | kDynamicTagBit), buf});
     tr.group_end();
     st.bytes_sent += int64_t(buf->size);
     st.messages_sent += 1;
@@ -176,8 +198,8 @@ void execute(Transport& tr, const Codec& codec, const Plan& plan, const BlockTab
       pr.op = next_recv;
       pr.static_bytes = sb;
       pr.buf = buf;
-      pr.req = tr.irecv(buf->data.data(), sb, op.peer, op.tag);
-      inflight += int64_t(buf->data.size());
+      pr.req = tr.irecv(buf->data(), sb, op.peer, op.tag);
+      inflight += int64_t(buf->capacity);
       posted.push_back(std::move(pr));
       ++next_recv;
     }
@@ -194,18 +216,18 @@ void execute(Transport& tr, const Codec& codec, const Plan& plan, const BlockTab
         posted.pop_front();
         wait_timer(*pr.req);
         size_t total = pr.static_bytes;
-        const size_t dyn = codec.dynamic_bytes(pr.buf->data.data(), plan, blk);
+        const size_t dyn = codec.dynamic_bytes(pr.buf->data(), plan, blk);
         if (dyn > 0) {
           if (dyn > codec.max_dynamic_bytes(plan, blk))
             throw MalformedMessage(codec.name() + ": dynamic part larger than its bound");
-          auto req = tr.irecv(pr.buf->data.data() + total, dyn, op.peer, op.tag | kDynamicTagBit);
+          auto req = tr.irecv(pr.buf->data() + total, dyn, op.peer, op.tag | kDynamicTagBit);
           wait_timer(*req);
           total += dyn;
         }
         pr.buf->size = total;
         st.bytes_received += int64_t(total);
-        inflight -= int64_t(pr.buf->data.size());
-        const uint8_t* msg = pr.buf->data.data();
+        inflight -= int64_t(pr.buf->capacity);
+        const uint8_t* msg = pr.buf->data();
         switch (op.role) {
           case Role::kRecvDA: {
             float* dst = acc.get() + (blk.w0 - acc_w0) * U;
@@ -218,12 +240,12 @@ void execute(Transport& tr, const Codec& codec, const Plan& plan, const BlockTab
             auto out = pool->get(codec.max_message_bytes(plan, blk));
             kernel_timer([&] {
               out->size = codec.decompress_accumulate_recompress(msg, total, local_of(op.block), plan,
-                                                                 blk, args.rng, out->data.data());
+                                                                 blk, args.rng, out->data());
             });
             if (op.role == Role::kRecvDAR) {
               pending[size_t(op.block)] = out;
             } else {
-              kernel_timer([&] { codec.decompress(out->data.data(), out->size, plan, blk, args.out); });
+              kernel_timer([&] { codec.decompress(out->data(), out->size, plan, blk, args.out); });
               finals[size_t(op.block)] = out;
             }
             break;
@@ -238,8 +260,8 @@ void execute(Transport& tr, const Codec& codec, const Plan& plan, const BlockTab
       } else if (op.role == Role::kLocalSink) {
         auto out = pool->get(codec.max_message_bytes(plan, blk));
         kernel_timer([&] {
-          out->size = codec.compress(local_of(op.block), plan, blk, args.rng, out->data.data());
-          codec.decompress(out->data.data(), out->size, plan, blk, args.out);
+          out->size = codec.compress(local_of(op.block), plan, blk, args.rng, out->data());
+          codec.decompress(out->data(), out->size, plan, blk, args.out);
         });
         finals[size_t(op.block)] = out;
       } else {
@@ -250,7 +272,7 @@ void execute(Transport& tr, const Codec& codec, const Plan& plan, const BlockTab
         if (op.role == Role::kSendLeaf) {
           buf = pool->get(codec.max_message_bytes(plan, blk));
           kernel_timer([&] {
-            buf->size = codec.compress(local_of(op.block), plan, blk, args.rng, buf->data.data());
+            buf->size = codec.compress(local_of(op.block), plan, blk, args.rng, buf->data());
           });
         } else if (op.role == Role::kSendPending) {
           buf = std::move(pending[size_t(op.block)]);
@@ -267,7 +289,7 @@ void execute(Transport& tr, const Codec& codec, const Plan& plan, const BlockTab
     for (auto& s : sends) wait_timer(*s.req);
     sends.clear();
   } catch (...) {
-    park_on_failure(posted, sends, pool);
+    park_on_failure(posted, sends);
     throw;
   }
 }

@@ -1,0 +1,213 @@
+// Python bindings: argument checks, dtype mapping, GIL release. Everything
+// else lives in the torch-free core.
+#include <torch/extension.h>
+
+#include <optional>
+
+#include "collective.h"
+#include "inproc_transport.h"
+#include "torch_c10d_transport.h"
+
+namespace py = pybind11;
+using namespace dynamiq;
+
+namespace {
+
+DType to_dtype(const at::Tensor& t) {
+  switch (t.scalar_type()) {
+    case at::kFloat: return DType::kF32;
+    case at::kBFloat16: return DType::kBF16;
+    case at::kHalf: return DType::kF16;
+    default: throw Error(std::string("dynamiq: unsupported dtype ") + c10::toString(t.scalar_type()));
+  }
+}
+
+ReduceOp to_op(const std::string& op) {
+  if (op == "sum") return ReduceOp::kSum;
+  if (op == "mean") return ReduceOp::kMean;
+  throw Error("dynamiq: op must be 'sum' or 'mean', got '" + op + "'");
+}
+
+void check_tensor(const at::Tensor& t) {
+  DQ_CHECK(t.device().is_cpu(), "dynamiq: the C++ driver got a non-CPU tensor");
+  DQ_CHECK(t.is_contiguous(), "dynamiq: the C++ driver got a non-contiguous tensor");
+  to_dtype(t);
+}
+
+const char* path_name(Path p) {
+  switch (p) {
+    case Path::kCompressed: return "compressed";
+    case Path::kExactMode: return "exact";
+    case Path::kExactTiny: return "exact-tiny";
+    case Path::kExactNonfinite: return "exact-nonfinite";
+  }
+  return "?";
+}
+
+py::dict stats_dict(const CallStats& s) {
+  py::dict d;
+  d["path"] = path_name(s.path);
+  d["numel"] = s.numel;
+  d["bytes_sent"] = s.bytes_sent;
+  d["bytes_received"] = s.bytes_received;
+  d["meta_bytes_sent"] = s.meta_bytes_sent;
+  d["bits_per_coord"] = s.bits_per_coord;
+  py::dict h;
+  const int widths[5] = {1, 2, 4, 8, 16};
+  for (int i = 0; i < 5; ++i) h[py::int_(widths[i])] = s.width_units[i];
+  d["width_units"] = h;
+  d["blocks"] = s.blocks;
+  d["t_local"] = s.t_local;
+  d["t_header"] = s.t_header;
+  d["t_meta"] = s.t_meta;
+  d["t_plan"] = s.t_plan;
+  d["t_kernel"] = s.t_kernel;
+  d["t_wait"] = s.t_wait;
+  d["t_total"] = s.t_total;
+  if (s.has_u) d["u"] = s.u;
+  else d["u"] = py::none();
+  return d;
+}
+
+py::dict run_all_reduce(std::optional<at::Tensor> tensor, const std::string& group_name,
+                        const CollectiveConfig& cfg, const std::string& op, uint64_t seq,
+                        std::optional<double> u, int local_error) {
+  CallArgs a;
+  a.op = to_op(op);
+  a.seq = seq;
+  a.local_error = InputError(local_error);
+  PlanState ps;
+  if (u) {
+    ps.has_u = true;
+    ps.u = *u;
+  }
+  a.plan_state = &ps;
+  if (a.local_error == InputError::kNone) {
+    DQ_CHECK(tensor.has_value(), "dynamiq: all_reduce needs a tensor");
+    check_tensor(*tensor);
+    a.data = tensor->data_ptr();
+    a.dtype = to_dtype(*tensor);
+    a.numel = tensor->numel();
+  }
+  CallStats s;
+  {
+    py::gil_scoped_release no_gil;
+    C10dTransport tr = C10dTransport::from_group_name(group_name);
+    s = all_reduce(tr, cfg, a);
+  }
+  return stats_dict(s);
+}
+
+py::list run_simulate(std::vector<at::Tensor> tensors, const CollectiveConfig& cfg,
+                      const std::string& op, uint64_t seq, double timeout_s) {
+  const int n = int(tensors.size());
+  DQ_CHECK(n >= 1, "dynamiq.simulate: need at least one tensor");
+  for (auto& t : tensors) {
+    check_tensor(t);
+    DQ_CHECK(t.scalar_type() == tensors[0].scalar_type() && t.numel() == tensors[0].numel(),
+             "dynamiq.simulate: all tensors must have the same dtype and size");
+  }
+  std::vector<CallStats> stats(static_cast<size_t>(n));
+  {
+    py::gil_scoped_release no_gil;
+    InprocWorld world(n, std::chrono::milliseconds(int64_t(timeout_s * 1000)));
+    world.run([&](int r, Transport& tr) {
+      CallArgs a;
+      a.data = tensors[size_t(r)].data_ptr();
+      a.dtype = to_dtype(tensors[size_t(r)]);
+      a.numel = tensors[size_t(r)].numel();
+      a.op = to_op(op);
+      a.seq = seq;
+      stats[size_t(r)] = all_reduce(tr, cfg, a);
+    });
+  }
+  py::list out;
+  for (auto& s : stats) out.append(stats_dict(s));
+  return out;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "dynamiq C++ core (compressed all-reduce over c10d point-to-point)";
+#if defined(DYNAMIQ_REQUIRES_X86_64_V3)
+  // This file is compiled for the baseline ISA; the kernels are not.
+  __builtin_cpu_init();
+  if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma") ||
+      !__builtin_cpu_supports("bmi2")) {
+    throw std::runtime_error(
+        "dynamiq was built for x86-64-v3 (AVX2, FMA, BMI2) and this CPU lacks them; rebuild with "
+        "-C cmake.define.DYNAMIQ_CPU_ARCH= (empty) or DYNAMIQ_CPU_ARCH=native");
+  }
+#endif
+
+  static py::exception<Error> dq_error(m, "DynamiqError", PyExc_RuntimeError);
+  static py::exception<TransportError> tr_error(m, "TransportError", dq_error.ptr());
+  static py::exception<MalformedMessage> mm_error(m, "MalformedMessage", dq_error.ptr());
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const TransportError& e) {
+      py::set_error(tr_error, e.what());
+    } catch (const MalformedMessage& e) {
+      py::set_error(mm_error, e.what());
+    } catch (const Error& e) {
+      py::set_error(dq_error, e.what());
+    }
+  });
+
+  py::class_<CollectiveConfig>(m, "CollectiveConfig")
+      .def(py::init<>())
+      .def_property(
+          "mode", [](const CollectiveConfig& c) { return int(c.mode); },
+          [](CollectiveConfig& c, int v) { c.mode = Mode(v); })
+      .def_property(
+          "topology", [](const CollectiveConfig& c) { return int(c.topology); },
+          [](CollectiveConfig& c, int v) { c.topology = Topology(v); })
+      .def_readwrite("seed", &CollectiveConfig::seed)
+      .def_readwrite("bits", &CollectiveConfig::bits)
+      .def_readwrite("widths_mask", &CollectiveConfig::widths_mask)
+      .def_readwrite("exact_allocator", &CollectiveConfig::exact_allocator)
+      .def_readwrite("correlated", &CollectiveConfig::correlated)
+      .def_readwrite("stochastic", &CollectiveConfig::stochastic)
+      .def_readwrite("group_size", &CollectiveConfig::group_size)
+      .def_readwrite("supergroup_size", &CollectiveConfig::supergroup_size)
+      .def_readwrite("spike_reserve", &CollectiveConfig::spike_reserve)
+      .def_readwrite("log_scales", &CollectiveConfig::log_scales)
+      .def_readwrite("eps", &CollectiveConfig::eps)
+      .def_readwrite("uniform_levels", &CollectiveConfig::uniform_levels)
+      .def_readwrite("hierarchical_scales", &CollectiveConfig::hierarchical_scales)
+      .def_readwrite("block_bytes", &CollectiveConfig::block_bytes)
+      .def_readwrite("min_compress_numel", &CollectiveConfig::min_compress_numel)
+      .def_readwrite("window_bytes", &CollectiveConfig::window_bytes)
+      .def("fingerprint", &CollectiveConfig::fingerprint);
+
+  m.def("all_reduce", &run_all_reduce, py::arg("tensor"), py::arg("group_name"), py::arg("config"),
+        py::arg("op"), py::arg("seq"), py::arg("u") = py::none(), py::arg("local_error") = 0,
+        "In-place all-reduce of a contiguous CPU tensor over the named process group. "
+        "Releases the GIL. Returns the per-call statistics.");
+  m.def("simulate", &run_simulate, py::arg("tensors"), py::arg("config"), py::arg("op"),
+        py::arg("seq"), py::arg("timeout_s") = 300.0,
+        "Runs the same collective over an in-process transport, one tensor per simulated "
+        "rank, in place. Returns each rank's statistics.");
+  m.def("built_with_cuda", [] {
+#ifdef DYNAMIQ_WITH_CUDA
+    return true;
+#else
+    return false;
+#endif
+  });
+  m.def("available_modes", [] {
+    py::list l;
+    for (Mode md : {Mode::kNone, Mode::kDynamiq, Mode::kLossless, Mode::kBitsplit}) {
+      CollectiveConfig c;
+      c.mode = md;
+      try {
+        make_scheme(c);
+        l.append(mode_name(md));
+      } catch (const Error&) {
+      }
+    }
+    return l;
+  });
+}

@@ -1,0 +1,148 @@
+"""`dynamiq.all_reduce` and `dynamiq.simulate`."""
+
+from __future__ import annotations
+
+import threading
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import torch
+import torch.distributed as dist
+
+from . import _C
+from ._worker import worker_for
+from .config import Config
+
+DynamiqError = _C.DynamiqError
+TransportError = _C.TransportError
+MalformedMessage = _C.MalformedMessage
+
+SUPPORTED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+# Input error codes shared with the C++ driver (csrc/hook/collective.h InputError).
+_ERR_DTYPE, _ERR_LAYOUT, _ERR_DEVICE = 1, 2, 3
+
+# Direct all_reduce calls number their collectives per group in the upper half
+# of the sequence space; hooks use the lower half. The sequence number keys the
+# randomness and is part of the fingerprint ranks compare.
+DIRECT_SEQ_BASE = 1 << 63
+_direct_seq: Dict[str, int] = {}
+_seq_lock = threading.Lock()
+
+
+def check_tensor(t: torch.Tensor) -> Tuple[int, str]:
+    """(error code, message) for a tensor dynamiq cannot all-reduce; (0, "") if fine."""
+    if t.dtype not in SUPPORTED_DTYPES:
+        return _ERR_DTYPE, (
+            f"dynamiq: dtype {t.dtype} is not supported; use torch.float32, torch.bfloat16 or "
+            "torch.float16 (cast the tensor, or all-reduce it with torch.distributed)")
+    if t.device.type == "cuda":
+        return _ERR_DEVICE, (
+            "dynamiq: CUDA tensors are not supported by this build: the GPU (NCCL) driver has not "
+            f"been built or verified (CUDA kernels compiled: {_C.built_with_cuda()}). Move the "
+            "tensor to the CPU and use a Gloo process group, or use torch.distributed.all_reduce.")
+    if t.device.type != "cpu":
+        return _ERR_DEVICE, f"dynamiq: tensors on device {t.device} are not supported; use a CPU tensor"
+    if not t.is_contiguous():
+        return _ERR_LAYOUT, (
+            "dynamiq: tensor is not contiguous; all_reduce works in place on contiguous memory: "
+            "pass t.contiguous() and copy the result back")
+    return 0, ""
+
+
+def resolve_group(group: Optional[dist.ProcessGroup]) -> Tuple[dist.ProcessGroup, str]:
+    if not dist.is_available() or not dist.is_initialized():
+        raise DynamiqError("dynamiq: torch.distributed is not initialized; call "
+                           "torch.distributed.init_process_group('gloo', ...) first")
+    g = group if group is not None else dist.group.WORLD
+    name = getattr(g, "group_name", None)
+    if not name:
+        raise DynamiqError("dynamiq: cannot find the name of the process group")
+    return g, name
+
+
+def _next_direct_seq(group_name: str) -> int:
+    with _seq_lock:
+        k = _direct_seq.get(group_name, 0)
+        _direct_seq[group_name] = k + 1
+    return DIRECT_SEQ_BASE + k
+
+
+def run_collective(tensor: torch.Tensor, group_name: str, config: Config, op: str, seq: int,
+                   u: Optional[float] = None) -> dict:
+    """Runs one collective synchronously on the calling thread (the group worker).
+
+    Validates the tensor; a rank with bad input still takes part in the header
+    exchange so that its peers raise at once instead of timing out.
+    """
+    code, msg = check_tensor(tensor)
+    cpp = config._to_cpp()
+    if code:
+        try:
+            _C.all_reduce(None, group_name, cpp, op, seq, None, code)
+        except DynamiqError:
+            pass
+        raise DynamiqError(msg)
+    return _C.all_reduce(tensor.view(-1) if tensor.dim() != 1 else tensor, group_name, cpp, op, seq, u, 0)
+
+
+def all_reduce(tensor: torch.Tensor, config: Optional[Config] = None,
+               group: Optional[dist.ProcessGroup] = None, op: str = "sum",
+               async_op: bool = False):
+    """All-reduce `tensor` in place over `group` with dynamiq.
+
+    Like `torch.distributed.all_reduce`: every rank passes a tensor of the same
+    shape and dtype (float32, bfloat16 or float16, contiguous, CPU with a Gloo
+    group); on return every rank holds the same result, `sum` or `mean` of the
+    inputs (exactly for mode "none" and "lossless", an unbiased estimate for
+    the lossy modes).
+
+    Returns None, or with `async_op=True` a `torch.futures.Future` whose value
+    is the tensor; failures (peer gone, timeout, disagreeing configs) are
+    raised from `wait()`.
+    """
+    if not isinstance(tensor, torch.Tensor):
+        raise TypeError(f"dynamiq.all_reduce: expected a torch.Tensor, got {type(tensor).__name__}")
+    if op not in ("sum", "mean"):
+        raise ValueError(f"dynamiq.all_reduce: op must be 'sum' or 'mean', got {op!r}")
+    config = config if config is not None else Config()
+    _, name = resolve_group(group)
+    seq = _next_direct_seq(name)
+
+    def work():
+        run_collective(tensor, name, config, op, seq)
+        return tensor
+
+    fut = worker_for(name).submit(work)
+    if async_op:
+        return fut
+    fut.wait()
+    return None
+
+
+def simulate(tensors: Sequence[torch.Tensor], config: Optional[Config] = None, op: str = "sum",
+             call_index: int = 0, return_stats: bool = False, timeout: float = 300.0):
+    """Runs the collective over an in-process transport, one tensor per simulated rank.
+
+    Uses the very same C++ schedule, codec and wire format as a real run: the
+    results and bytes equal those of the `call_index`-th `dynamiq.all_reduce`
+    call on a fresh group of `len(tensors)` ranks with the same config. Inputs
+    are not modified. Returns every rank's result (and, with
+    `return_stats=True`, every rank's statistics).
+    """
+    if op not in ("sum", "mean"):
+        raise ValueError(f"dynamiq.simulate: op must be 'sum' or 'mean', got {op!r}")
+    if len(tensors) < 1:
+        raise ValueError("dynamiq.simulate: need at least one tensor")
+    config = config if config is not None else Config()
+    t0 = tensors[0]
+    for i, t in enumerate(tensors):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"dynamiq.simulate: tensors[{i}] is not a tensor")
+        if t.dtype not in SUPPORTED_DTYPES:
+            raise DynamiqError(check_tensor(t)[1])
+        if t.shape != t0.shape or t.dtype != t0.dtype:
+            raise ValueError("dynamiq.simulate: all tensors must have the same shape and dtype")
+    work = [t.detach().to("cpu", copy=True).contiguous() for t in tensors]
+    stats = _C.simulate([w.view(-1) for w in work], config._to_cpp(), op,
+                        DIRECT_SEQ_BASE + int(call_index), float(timeout))
+    return (work, stats) if return_stats else work

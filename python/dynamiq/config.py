@@ -1,0 +1,194 @@
+"""`dynamiq.Config`: what to compress and how, validated on construction."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+MODES = ("none", "dynamiq", "lossless", "bitsplit")
+TOPOLOGIES = ("ring", "butterfly", "twostep")
+_ALLOWED_WIDTHS = (1, 2, 4, 8, 16)
+_DYNAMIQ_ROUNDING = ("correlated", "independent")
+_BITSPLIT_ROUNDING = ("stochastic", "nearest")
+
+
+class ConfigError(ValueError):
+    """A `Config` field has a value outside its allowed range."""
+
+
+def _err(field_name: str, value: Any, allowed: str) -> ConfigError:
+    return ConfigError(f"dynamiq.Config: {field_name}={value!r} is invalid; allowed: {allowed}")
+
+
+@dataclass(frozen=True)
+class Config:
+    """Configuration of dynamiq's compressed all-reduce.
+
+    Every rank must use an equal Config; ranks that disagree are detected at
+    the next collective and all raise the same `DynamiqError`.
+
+    Fields:
+      mode: "dynamiq" (lossy: variable 2/4/8-bit widths under a bit budget),
+        "lossless" (exponent coding, bit-identical to "none"), "bitsplit"
+        (INT2-INT8 group quantization), or "none" (uncompressed, through the
+        same driver).
+      topology: "ring", "butterfly" (any world size), or "twostep".
+      bits: dynamiq: budget in bits per coordinate including group and
+        super-group scales (2.0 < bits <= 16); bitsplit: integer width 2..8.
+      seed: seeds all randomness (stochastic and correlated rounding). Same
+        seed and same collective sequence give the same bytes on the wire.
+      widths: dynamiq widths allowed for a super-group, a subset of
+        {1, 2, 4, 8, 16} (16 = raw bf16).
+      allocator: dynamiq width allocation: "fast" (appendix A rule, offset
+        carried across steps) or "exact" (section 3.2 threshold search).
+      rounding: dynamiq: "correlated" (default) or "independent"; bitsplit:
+        "stochastic" (default) or "nearest".
+      group_size: elements per scale group (dynamiq 16; bitsplit 128 for
+        5-8 bits, 32 for 2-4 bits). None picks the mode default.
+      supergroup_size: dynamiq super-group size S (multiple of group_size).
+      spike_reserve: bitsplit: keep each group's min and max exactly. None:
+        on for 2 and 3 bits.
+      log_scales: bitsplit: integer log2 scales (theta = 10).
+      block_bytes: wire bytes per pipelined block (sub-chunk).
+      min_compress_numel: buckets with fewer elements take the exact path.
+      window_bytes: receive buffers posted ahead per collective (rank-local).
+    """
+
+    VERSION = 1
+
+    mode: str = "none"
+    topology: str = "ring"
+    bits: float = 5.0
+    seed: int = 0
+    widths: tuple = (2, 4, 8)
+    allocator: str = "fast"
+    rounding: Optional[str] = None
+    group_size: Optional[int] = None
+    supergroup_size: int = 256
+    spike_reserve: Optional[bool] = None
+    log_scales: bool = False
+    eps: Optional[tuple] = None
+    uniform_levels: bool = False
+    hierarchical_scales: bool = True
+    block_bytes: int = 256 * 1024
+    min_compress_numel: int = 4096
+    window_bytes: int = 16 * 1024 * 1024
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise _err("mode", self.mode, ", ".join(MODES))
+        if self.topology not in TOPOLOGIES:
+            raise _err("topology", self.topology, ", ".join(TOPOLOGIES))
+        if not isinstance(self.seed, int) or isinstance(self.seed, bool) or not 0 <= self.seed < 2**64:
+            raise _err("seed", self.seed, "an integer in [0, 2**64)")
+        if isinstance(self.bits, bool) or not isinstance(self.bits, (int, float)):
+            raise _err("bits", self.bits, "a number")
+        widths = tuple(self.widths)
+        object.__setattr__(self, "widths", widths)
+        if not widths or any(w not in _ALLOWED_WIDTHS for w in widths) or len(set(widths)) != len(widths):
+            raise _err("widths", self.widths, "a non-empty subset of {1, 2, 4, 8, 16} without repeats")
+        if self.allocator not in ("fast", "exact"):
+            raise _err("allocator", self.allocator, "'fast', 'exact'")
+        if self.mode == "dynamiq":
+            if not 2.0 < float(self.bits) <= 16.0:
+                raise _err("bits", self.bits, "2 < bits <= 16 for mode='dynamiq' (budget incl. metadata)")
+            if self.rounding not in (None,) + _DYNAMIQ_ROUNDING:
+                raise _err("rounding", self.rounding, "'correlated', 'independent' for mode='dynamiq'")
+            if self.allocator == "fast" and (len(widths) > 3):
+                raise _err("widths", self.widths, "at most three widths with allocator='fast' (appendix A)")
+        if self.mode == "bitsplit":
+            if float(self.bits) != int(self.bits) or not 2 <= int(self.bits) <= 8:
+                raise _err("bits", self.bits, "an integer width 2..8 for mode='bitsplit'")
+            if self.rounding not in (None,) + _BITSPLIT_ROUNDING:
+                raise _err("rounding", self.rounding, "'stochastic', 'nearest' for mode='bitsplit'")
+        if self.mode in ("none", "lossless") and self.rounding is not None:
+            raise _err("rounding", self.rounding, f"None for mode={self.mode!r} (it is exact)")
+        if self.group_size is not None and (not isinstance(self.group_size, int) or not 1 <= self.group_size <= 4096):
+            raise _err("group_size", self.group_size, "None or an integer in [1, 4096]")
+        if not isinstance(self.supergroup_size, int) or not 16 <= self.supergroup_size <= 65536:
+            raise _err("supergroup_size", self.supergroup_size, "an integer in [16, 65536]")
+        gs = self.group_size if self.group_size is not None else 16
+        if self.mode == "dynamiq" and self.supergroup_size % gs != 0:
+            raise _err("supergroup_size", self.supergroup_size, f"a multiple of group_size ({gs})")
+        if self.spike_reserve not in (None, True, False):
+            raise _err("spike_reserve", self.spike_reserve, "None, True, False")
+        if self.eps is not None:
+            eps = tuple(float(e) for e in self.eps)
+            if len(eps) != 4 or any(not (e > 0 or e == -1) for e in eps):
+                raise _err("eps", self.eps, "four positive numbers (for widths 1, 2, 4, 8), -1 for the default")
+            object.__setattr__(self, "eps", eps)
+        for name, lo, hi in (("block_bytes", 1024, 1 << 30), ("min_compress_numel", 0, 1 << 40),
+                             ("window_bytes", 1024, 1 << 34)):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+                raise _err(name, v, f"an integer in [{lo}, {hi}]")
+
+    # -- derived --------------------------------------------------------------
+    @property
+    def effective_rounding(self) -> Optional[str]:
+        if self.rounding is not None:
+            return self.rounding
+        return {"dynamiq": "correlated", "bitsplit": "stochastic"}.get(self.mode)
+
+    def replace(self, **changes: Any) -> "Config":
+        return dataclasses.replace(self, **changes)
+
+    # -- serialisation ----------------------------------------------------------
+    def to_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        d["widths"] = list(self.widths)
+        if self.eps is not None:
+            d["eps"] = list(self.eps)
+        d["version"] = self.VERSION
+        return d
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Config":
+        d = dict(d)
+        version = d.pop("version", cls.VERSION)
+        if version != cls.VERSION:
+            raise ConfigError(f"dynamiq.Config: version {version} is not supported (this is version {cls.VERSION})")
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = set(d) - known
+        if unknown:
+            raise ConfigError(f"dynamiq.Config: unknown fields {sorted(unknown)}")
+        if "widths" in d:
+            d["widths"] = tuple(d["widths"])
+        if d.get("eps") is not None:
+            d["eps"] = tuple(d["eps"])
+        return cls(**d)
+
+    @classmethod
+    def from_json(cls, s: str) -> "Config":
+        return cls.from_dict(json.loads(s))
+
+    # -- to the C++ core ------------------------------------------------------------
+    def _to_cpp(self):
+        from . import _C
+
+        c = _C.CollectiveConfig()
+        c.mode = MODES.index(self.mode)
+        c.topology = TOPOLOGIES.index(self.topology)
+        c.seed = self.seed
+        c.bits = float(self.bits)
+        c.widths_mask = sum(1 << w for w in self.widths)
+        c.exact_allocator = self.allocator == "exact"
+        c.correlated = self.effective_rounding != "independent"
+        c.stochastic = self.effective_rounding != "nearest"
+        c.group_size = self.group_size or 0
+        c.supergroup_size = self.supergroup_size
+        c.spike_reserve = -1 if self.spike_reserve is None else int(self.spike_reserve)
+        c.log_scales = self.log_scales
+        if self.eps is not None:
+            c.eps = list(self.eps)
+        c.uniform_levels = self.uniform_levels
+        c.hierarchical_scales = self.hierarchical_scales
+        c.block_bytes = self.block_bytes
+        c.min_compress_numel = self.min_compress_numel
+        c.window_bytes = self.window_bytes
+        return c

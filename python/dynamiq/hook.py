@@ -1,0 +1,130 @@
+"""The DDP communication hook: `dynamiq.register(ddp_model, config)`."""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional
+
+import torch
+import torch.distributed as dist
+
+from ._worker import worker_for
+from .api import resolve_group, run_collective
+from .config import Config
+
+_STATE_VERSION = 1
+
+
+class HookState:
+    """State of dynamiq's DDP hook on one model.
+
+    Attributes:
+      config: the `Config` used for the next bucket. Assign a new Config on
+        every rank between steps to switch mode or topology
+        (`state.config = state.config.replace(mode="none")`); ranks that
+        disagree raise at the next bucket.
+      step: completed optimizer steps seen by the hook (advanced after the
+        last bucket of each backward pass).
+      seq: number of collectives issued; with `config.seed` it keys all
+        randomness, so restoring it (via `load_state_dict`) resumes the same
+        random stream.
+      alloc_u: per bucket index, the offset u of the fast width allocator
+        (appendix A), carried across steps. Keyed by bucket index; DDP
+        rebuilds buckets after the first iteration, and a bucket whose size
+        changed simply starts from the previous u.
+      last_step_stats: per-bucket statistics of the last completed step (bytes
+        sent, bits per coordinate, width histogram, time split, path taken).
+      totals: running sums over all steps: bytes, fallbacks per path.
+
+    Tuning: lower `bits` sends less but adds error; "butterfly" needs fewer
+    hops (error grows more slowly with world size) but each hop carries more.
+    `block_bytes` trades pipelining depth against per-message overhead.
+    """
+
+    __slots__ = ("config", "process_group", "group_name", "world_size", "step", "seq", "alloc_u",
+                 "last_step_stats", "_current", "totals")
+
+    def __init__(self, config: Config, process_group: dist.ProcessGroup, group_name: str) -> None:
+        self.config = config
+        self.process_group = process_group
+        self.group_name = group_name
+        self.world_size = dist.get_world_size(process_group)
+        self.step = 0
+        self.seq = 0
+        self.alloc_u: Dict[int, float] = {}
+        self.last_step_stats: List[dict] = []
+        self._current: List[dict] = []
+        self.totals: Dict[str, Any] = {"bytes_sent": 0, "buckets": 0, "paths": {}}
+
+    # -- checkpointing ---------------------------------------------------------------
+    def state_dict(self) -> dict:
+        return {
+            "version": _STATE_VERSION,
+            "config": self.config.to_dict(),
+            "step": self.step,
+            "seq": self.seq,
+            "alloc_u": {int(k): float(v) for k, v in self.alloc_u.items()},
+        }
+
+    def load_state_dict(self, d: dict) -> None:
+        if d.get("version") != _STATE_VERSION:
+            raise ValueError(f"dynamiq: hook state version {d.get('version')!r} is not supported")
+        self.config = Config.from_dict(d["config"])
+        self.step = int(d["step"])
+        self.seq = int(d["seq"])
+        self.alloc_u = {int(k): float(v) for k, v in d["alloc_u"].items()}
+
+    # -- bookkeeping (runs on the worker thread, in bucket order) -------------------------
+    def _record(self, index: int, stats: dict, is_last: bool) -> None:
+        stats = dict(stats, bucket=index, step=self.step)
+        self._current.append(stats)
+        if stats.get("u") is not None:
+            self.alloc_u[index] = stats["u"]
+        self.totals["bytes_sent"] += stats["bytes_sent"] + stats["meta_bytes_sent"]
+        self.totals["buckets"] += 1
+        paths = self.totals["paths"]
+        paths[stats["path"]] = paths.get(stats["path"], 0) + 1
+
+
+def _hook(state: HookState, bucket: "dist.GradBucket") -> torch.futures.Future:
+    buf = bucket.buffer()
+    index = bucket.index()
+    is_last = bucket.is_last()
+    config = state.config  # snapshot: a switch applies from the next bucket on
+    seq = state.seq
+    state.seq += 1
+    u = state.alloc_u.get(index)
+    name = state.group_name
+
+    def work():
+        try:
+            stats = run_collective(buf, name, config, "mean", seq, u)
+            state._record(index, stats, is_last)
+        finally:
+            if is_last:
+                state.last_step_stats = state._current
+                state._current = []
+                state.step += 1
+        return buf
+
+    return worker_for(name).submit(work)
+
+
+def register(ddp_model: torch.nn.parallel.DistributedDataParallel, config: Optional[Config] = None,
+             process_group: Optional[dist.ProcessGroup] = None) -> HookState:
+    """Registers dynamiq as the communication hook of a DDP model.
+
+    Gradients are averaged over `process_group` (default: the model's group)
+    with the given config. Returns the `HookState` (stats, config switching,
+    `state_dict`). Call on every rank, before the first backward pass.
+    """
+    if not isinstance(ddp_model, torch.nn.parallel.DistributedDataParallel):
+        raise TypeError("dynamiq.register: expected a torch.nn.parallel.DistributedDataParallel model, "
+                        f"got {type(ddp_model).__name__}")
+    config = config if config is not None else Config()
+    if not isinstance(config, Config):
+        raise TypeError(f"dynamiq.register: config must be a dynamiq.Config, got {type(config).__name__}")
+    pg = process_group if process_group is not None else getattr(ddp_model, "process_group", None)
+    pg, name = resolve_group(pg)
+    state = HookState(config, pg, name)
+    ddp_model.register_comm_hook(state, _hook)
+    return state
