@@ -1,7 +1,5 @@
 """The DDP communication hook: `dynamiq.register(ddp_model, config)`."""
 
-from __future__ import annotations
-
 from typing import Any, Dict, List, Optional
 
 import torch
@@ -85,7 +83,8 @@ class HookState:
         paths[stats["path"]] = paths.get(stats["path"], 0) + 1
 
 
-def _hook(state: HookState, bucket: "dist.GradBucket") -> torch.futures.Future:
+# Annotations are checked by DDP.register_comm_hook: keep them real types.
+def _hook(state: HookState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
     buf = bucket.buffer()
     index = bucket.index()
     is_last = bucket.is_last()

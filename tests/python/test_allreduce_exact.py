@@ -1,0 +1,125 @@
+"""Mode "none" through the C++ driver over Gloo point-to-point, world 1-4.
+
+Properties: equal to torch.distributed.all_reduce within the rounding of the
+bucket dtype, bit-identical on every rank, for every topology, dtype and op;
+the async Future; bf16 works (PyTorch's own bf16 all-reduce fails on Gloo);
+simulate() gives the same bytes and values as a real run.
+"""
+
+import pytest
+import torch
+import torch.distributed as dist
+
+import dynamiq
+from dist_utils import run_ranks
+
+DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+# Unit roundoff of each dtype: each of the <= n-1 hops rounds a partial sum.
+UNIT = {torch.float32: 2.0 ** -24, torch.bfloat16: 2.0 ** -8, torch.float16: 2.0 ** -11}
+
+
+def gather_equal(t: torch.Tensor) -> bool:
+    # Compare bit patterns (Gloo gathers int32, not int16).
+    bits = (t.view(torch.int16) if t.element_size() == 2 else t.view(torch.int32)).to(torch.int32)
+    out = [torch.empty_like(bits) for _ in range(dist.get_world_size())]
+    dist.all_gather(out, bits.contiguous())
+    return all(torch.equal(o, out[0]) for o in out)
+
+
+def _exactness(rank, world):
+    checked = 0
+    for topology in ("ring", "butterfly", "twostep"):
+        cfg = dynamiq.Config(mode="none", topology=topology, block_bytes=4096)
+        for dtype in DTYPES:
+            for op in ("sum", "mean"):
+                for numel in (1, 1000, 100_003):
+                    g = torch.Generator().manual_seed(1000 * rank + numel)
+                    x = torch.randn(numel, generator=g).to(dtype)
+                    ref = x.float().clone()
+                    dist.all_reduce(ref)
+                    absref = x.float().abs()
+                    dist.all_reduce(absref)
+                    if op == "mean":
+                        ref /= world
+                        absref /= world
+                    y = x.clone()
+                    dynamiq.all_reduce(y, cfg, op=op)
+                    # Ours and the float32 reference each round up to n-1 partial
+                    # sums (plus the final division for mean).
+                    bound = (world * UNIT[dtype] + world * UNIT[torch.float32]) * absref * 1.0001 + \
+                        UNIT[dtype] * ref.abs() + 1e-30
+                    err = (y.float() - ref).abs()
+                    assert bool((err <= bound).all()), (
+                        f"{topology} {dtype} {op} n={numel}: max err {err.max()} vs bound {bound.max()}")
+                    assert gather_equal(y), f"{topology} {dtype} {op} n={numel}: ranks differ"
+                    checked += 1
+    # 2-D input is reduced in place like torch.distributed.all_reduce.
+    m = torch.full((3, 5), float(rank + 1))
+    dynamiq.all_reduce(m, dynamiq.Config(mode="none"))
+    assert torch.equal(m, torch.full((3, 5), float(world * (world + 1) // 2)))
+    # async: a Future whose value is the tensor
+    z = torch.ones(10)
+    fut = dynamiq.all_reduce(z, dynamiq.Config(mode="none"), async_op=True)
+    assert isinstance(fut, torch.futures.Future)
+    assert fut.wait() is z and torch.equal(z, torch.full((10,), float(world)))
+    return checked
+
+
+@pytest.mark.parametrize("world", [1, 2, 3, 4])
+def test_exact_equals_torch_and_ranks_bit_identical(world):
+    res = run_ranks(_exactness, world, timeout=600)
+    assert all(r == 54 for r in res)
+
+
+def _bf16_gloo(rank, world):
+    x = torch.full((1000,), float(rank + 1), dtype=torch.bfloat16)
+    # PyTorch's own path fails on Gloo for bf16; record how, so the README claim stays true.
+    try:
+        dist.all_reduce(x.clone())
+        torch_bf16 = "ok"
+    except Exception as e:  # noqa: BLE001
+        torch_bf16 = type(e).__name__ + ": " + str(e).splitlines()[0][:80]
+    dynamiq.all_reduce(x, dynamiq.Config(mode="none"))
+    assert torch.equal(x, torch.full((1000,), float(world * (world + 1) // 2), dtype=torch.bfloat16))
+    return torch_bf16
+
+
+def test_bf16_works_on_gloo():
+    res = run_ranks(_bf16_gloo, 2)
+    print("torch.distributed bf16 all_reduce on Gloo:", res[0])
+
+
+def _real_run_bytes(rank, world, cfg_json):
+    cfg = dynamiq.Config.from_json(cfg_json)
+    g = torch.Generator().manual_seed(rank)
+    x = torch.randn(50_000, generator=g)
+    inp = x.clone()
+    from dynamiq.api import _next_direct_seq, run_collective  # noqa: F401
+    y = x.clone()
+    fut = dynamiq.all_reduce(y, cfg, async_op=True)
+    fut.wait()
+    return inp, y
+
+
+@pytest.mark.parametrize("topology", ["ring", "butterfly"])
+def test_simulate_equals_real_run(topology):
+    cfg = dynamiq.Config(mode="none", topology=topology, block_bytes=8192)
+    res = run_ranks(_real_run_bytes, 3, cfg.to_json())
+    inputs = [r[0] for r in res]
+    sim = dynamiq.simulate(inputs, cfg)
+    for r in range(3):
+        assert torch.equal(sim[r], res[r][1])
+
+
+def test_simulate_does_not_modify_inputs_and_reports_bytes():
+    xs = [torch.randn(10_000) for _ in range(5)]
+    copies = [x.clone() for x in xs]
+    out, stats = dynamiq.simulate(xs, dynamiq.Config(mode="none"), op="mean", return_stats=True)
+    for x, c in zip(xs, copies):
+        assert torch.equal(x, c)
+    ref = torch.stack(xs).double().mean(0)
+    assert torch.allclose(out[2].double(), ref, atol=1e-6)
+    # ring: each rank sends 2 (n-1)/n of the bucket, to within one unit (256 elements) per chunk
+    for s in stats:
+        expected = 2 * 4 / 5 * 10_000 * 4
+        assert abs(s["bytes_sent"] - expected) <= 2 * 4 * 256 * 4

@@ -1,0 +1,127 @@
+"""The DDP comm hook in mode "none": training with the hook matches training
+without it; no_sync accumulation, gradient_as_bucket_view, bf16 buckets and
+DDP's bucket rebuild after the first iteration all work; config switches
+between steps apply on every rank."""
+
+import copy
+
+import pytest
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+import dynamiq
+from dist_utils import run_ranks
+
+
+def make_model(seed=0, dtype=torch.float32):
+    torch.manual_seed(seed)
+    m = torch.nn.Sequential(
+        torch.nn.Linear(32, 64), torch.nn.ReLU(),
+        torch.nn.Linear(64, 64), torch.nn.ReLU(),
+        torch.nn.Linear(64, 10))
+    return m.to(dtype)
+
+
+def batch(rank, step, dtype=torch.float32):
+    g = torch.Generator().manual_seed(1000 * step + rank)
+    return torch.randn(16, 32, generator=g).to(dtype), torch.randint(0, 10, (16,), generator=g)
+
+
+def train(model, rank, steps, accumulate=1, dtype=torch.float32):
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for step in range(steps):
+        opt.zero_grad()
+        for micro in range(accumulate):
+            x, y = batch(rank, step * accumulate + micro, dtype)
+            ctx = model.no_sync() if micro < accumulate - 1 else _null()
+            with ctx:
+                loss = torch.nn.functional.cross_entropy(model(x).float(), y)
+                loss.backward()
+        opt.step()
+    return [p.detach().clone() for p in model.parameters()]
+
+
+class _null:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *a):
+        return False
+
+
+def _hook_matches_no_hook(rank, world, accumulate, bucket_view, topology):
+    base = make_model()
+    # small buckets: several per step, so DDP's bucket order and rebuild matter
+    ref = DDP(copy.deepcopy(base), bucket_cap_mb=0.01)
+    ours = DDP(copy.deepcopy(base), bucket_cap_mb=0.01, gradient_as_bucket_view=bucket_view)
+    state = dynamiq.register(ours, dynamiq.Config(mode="none", topology=topology))
+    p_ref = train(ref, rank, 6, accumulate)
+    p_ours = train(ours, rank, 6, accumulate)
+    for a, b in zip(p_ref, p_ours):
+        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6)
+    # every step all-reduced every parameter exactly once, across DDP's rebuild
+    nparams = sum(p.numel() for p in base.parameters())
+    assert state.step == 6
+    assert sum(s["numel"] for s in state.last_step_stats) == nparams
+    assert len(state.last_step_stats) >= 2
+    return [s["numel"] for s in state.last_step_stats]
+
+
+@pytest.mark.parametrize("world,accumulate,bucket_view,topology", [
+    (2, 1, False, "ring"),
+    (3, 2, True, "butterfly"),
+    (4, 1, True, "twostep"),
+])
+def test_hook_matches_no_hook(world, accumulate, bucket_view, topology):
+    run_ranks(_hook_matches_no_hook, world, accumulate, bucket_view, topology, timeout=600)
+
+
+def _bf16_model(rank, world):
+    model = DDP(make_model(dtype=torch.bfloat16), bucket_cap_mb=0.01)
+    dynamiq.register(model, dynamiq.Config(mode="none"))
+    # one step: the averaged gradient must equal the mean of the local
+    # gradients (computed without DDP and gathered in float32)
+    local = make_model(dtype=torch.bfloat16)
+    x, y = batch(rank, 0, torch.bfloat16)
+    torch.nn.functional.cross_entropy(local(x).float(), y).backward()
+    torch.nn.functional.cross_entropy(model(x).float(), y).backward()
+    for p_local, p_ddp in zip(local.parameters(), model.parameters()):
+        g = p_local.grad.float()
+        dist.all_reduce(g)
+        g /= world
+        # each of <= n-1 hops and the division round to bf16
+        torch.testing.assert_close(p_ddp.grad.float(), g, rtol=(world + 1) * 2 ** -8, atol=1e-6)
+    params = train(model, rank, 3, dtype=torch.bfloat16)
+    flat = torch.cat([p.view(-1) for p in params]).view(torch.int16).to(torch.int32)
+    out = [torch.empty_like(flat) for _ in range(world)]
+    dist.all_gather(out, flat)
+    assert all(torch.equal(o, out[0]) for o in out), "bf16 replicas diverged"
+
+
+def test_bf16_buckets_on_gloo():
+    run_ranks(_bf16_model, 2)
+
+
+def _switch(rank, world):
+    model = DDP(make_model(), bucket_cap_mb=0.01)
+    state = dynamiq.register(model, dynamiq.Config(mode="none", topology="ring"))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    paths = []
+    for step, topo in enumerate(["ring", "butterfly", "twostep", "ring"]):
+        state.config = state.config.replace(topology=topo)
+        x, y = batch(rank, step)
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+        paths.append({s["path"] for s in state.last_step_stats})
+    sd = state.state_dict()
+    fresh = dynamiq.hook.HookState(dynamiq.Config(), dist.group.WORLD, state.group_name)
+    fresh.load_state_dict(sd)
+    assert fresh.seq == state.seq and fresh.step == state.step and fresh.config == state.config
+    return paths
+
+
+def test_config_switch_and_state_dict():
+    res = run_ranks(_switch, 2)
+    assert res[0] == [{"exact"}] * 4

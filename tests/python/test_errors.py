@@ -1,0 +1,120 @@
+"""Bad input and failures: clear errors on every rank, within bounded time, never a hang."""
+
+import os
+import threading
+import time
+
+import pytest
+import torch
+import torch.distributed as dist
+
+import dynamiq
+from dist_utils import run_ranks
+
+
+def _expect_error(fn, *needles):
+    t0 = time.monotonic()
+    try:
+        fn()
+    except dynamiq.DynamiqError as e:
+        msg = str(e)
+        for n in needles:
+            assert n in msg, f"{n!r} not in {msg!r}"
+        return msg, time.monotonic() - t0
+    raise AssertionError("no error raised")
+
+
+def _bad_inputs(rank, world):
+    cfg = dynamiq.Config(mode="none")
+    out = {}
+    out["int64"] = _expect_error(lambda: dynamiq.all_reduce(torch.ones(8, dtype=torch.int64), cfg),
+                                 "dtype torch.int64 is not supported")[0]
+    out["complex"] = _expect_error(lambda: dynamiq.all_reduce(torch.ones(8, dtype=torch.complex64), cfg),
+                                   "dtype torch.complex64 is not supported")[0]
+    out["strided"] = _expect_error(lambda: dynamiq.all_reduce(torch.ones(8, 8).t(), cfg), "not contiguous")[0]
+    out["meta"] = _expect_error(lambda: dynamiq.all_reduce(torch.ones(8, device="meta"), cfg), "device meta")[0]
+    # A CUDA tensor (faked: there is no GPU here) in this CPU-only driver.
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        fake_cuda = torch.empty(8, device="cuda")
+    out["cuda"] = _expect_error(lambda: dynamiq.all_reduce(fake_cuda, cfg), "CUDA tensors are not supported")[0]
+    # The group still works afterwards.
+    x = torch.ones(4)
+    dynamiq.all_reduce(x, cfg)
+    assert torch.equal(x, torch.full((4,), float(world)))
+    return out
+
+
+def test_bad_inputs_raise_documented_errors_on_every_rank():
+    res = run_ranks(_bad_inputs, 2, timeout=120, pg_timeout=20)
+    assert res[0] == res[1]
+
+
+def _one_rank_bad(rank, world):
+    # Only rank 1 passes a bad tensor: rank 0 must not wait for a timeout.
+    t = torch.ones(8, dtype=torch.int64) if rank == 1 else torch.ones(8)
+    msg, dt = _expect_error(lambda: dynamiq.all_reduce(t, dynamiq.Config(mode="none")),
+                            "dtype torch.int64" if rank == 1 else "1 rank(s) reported unsupported dtype")
+    return msg, dt
+
+
+def test_one_rank_with_bad_input_aborts_all_ranks_quickly():
+    res = run_ranks(_one_rank_bad, 3, timeout=120, pg_timeout=60)
+    for msg, dt in res:
+        assert dt < 10, f"took {dt:.1f} s: should not wait for the 60 s timeout"
+
+
+def _mismatch(rank, world):
+    cfg = dynamiq.Config(mode="none", seed=rank)  # every rank a different seed
+    msg, _ = _expect_error(lambda: dynamiq.all_reduce(torch.ones(100), cfg), "ranks disagree on config fingerprint")
+    topo = dynamiq.Config(mode="none", topology="ring" if rank else "butterfly")
+    msg2, _ = _expect_error(lambda: dynamiq.all_reduce(torch.ones(100), topo), "ranks disagree on topology")
+    size = _expect_error(lambda: dynamiq.all_reduce(torch.ones(100 + rank), dynamiq.Config(mode="none")),
+                         "ranks disagree on numel")[0]
+    return msg, msg2, size
+
+
+def test_mismatched_config_same_error_everywhere():
+    res = run_ranks(_mismatch, 3, timeout=120, pg_timeout=20)
+    assert res[0] == res[1] == res[2]
+
+
+def _peer_dies(rank, world):
+    x = torch.randn(16 << 20)  # 64 MB: the collective takes a while
+    if rank == 1:
+        threading.Timer(0.05, lambda: os._exit(3)).start()
+        dynamiq.all_reduce(x, dynamiq.Config(mode="none"))
+        time.sleep(60)
+    t0 = time.monotonic()
+    try:
+        for _ in range(20):
+            dynamiq.all_reduce(x, dynamiq.Config(mode="none"))
+    except dynamiq.DynamiqError as e:
+        return "raised", str(e)[:300], time.monotonic() - t0
+    return "no error", "", time.monotonic() - t0
+
+
+def test_peer_dying_mid_collective_raises_not_hangs():
+    res = run_ranks(_peer_dies, 2, timeout=120, pg_timeout=15, allow_failure=True)
+    status, msg, dt = res[0]
+    assert status == "raised", res[0]
+    assert dt < 60
+    print("rank 0 saw:", msg, f"after {dt:.1f} s")
+
+
+def test_config_validation_names_field():
+    with pytest.raises(dynamiq.ConfigError, match="topology='tree'"):
+        dynamiq.Config(topology="tree")
+    with pytest.raises(dynamiq.ConfigError, match="bits=9"):
+        dynamiq.Config(mode="bitsplit", bits=9)
+    with pytest.raises(dynamiq.ConfigError, match="widths"):
+        dynamiq.Config(widths=(3,))
+    with pytest.raises(dynamiq.ConfigError, match="rounding"):
+        dynamiq.Config(mode="lossless", rounding="nearest")
+    c = dynamiq.Config(mode="none", seed=7, topology="butterfly")
+    assert dynamiq.Config.from_json(c.to_json()) == c
+
+
+def test_not_initialized():
+    with pytest.raises(dynamiq.DynamiqError, match="not initialized"):
+        dynamiq.all_reduce(torch.ones(3), dynamiq.Config(mode="none"))
