@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# Idempotent set-up on a fresh Debian machine (and fast when already done):
+#   system packages (GoogleTest, iproute2) -> .venv -> Python packages
+#   (torch 2.14.1 from the local wheel, pybind11, scikit-build-core, cmake,
+#   ninja, pytest, numpy, tqdm, matplotlib) -> build and install dynamiq
+#   (editable, incremental build directory under build/).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+log() { printf '[setup] %s\n' "$*"; }
+
+# ---- 1. system packages ------------------------------------------------------
+apt_pkgs=()
+[ -f /usr/include/gtest/gtest.h ] || apt_pkgs+=(libgtest-dev)
+[ -f /usr/include/gmock/gmock.h ] || apt_pkgs+=(libgmock-dev)
+command -v ip >/dev/null 2>&1 || apt_pkgs+=(iproute2)
+command -v tc >/dev/null 2>&1 || apt_pkgs+=(iproute2)
+if [ ${#apt_pkgs[@]} -gt 0 ]; then
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  log "installing Debian packages: ${apt_pkgs[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  if ! $SUDO apt-get install -y --no-install-recommends "${apt_pkgs[@]}" >/tmp/dynamiq-apt.log 2>&1; then
+    $SUDO apt-get update >>/tmp/dynamiq-apt.log 2>&1
+    $SUDO apt-get install -y --no-install-recommends "${apt_pkgs[@]}" >>/tmp/dynamiq-apt.log 2>&1 \
+      || { cat /tmp/dynamiq-apt.log; exit 1; }
+  fi
+fi
+
+# ---- 2. virtual environment ---------------------------------------------------------
+PY=${PYTHON:-}
+if [ -z "$PY" ]; then
+  for cand in python3.11 python3; do
+    if command -v "$cand" >/dev/null 2>&1; then PY=$cand; break; fi
+  done
+fi
+if [ ! -x .venv/bin/python ]; then
+  log "creating .venv with $PY"
+  "$PY" -m venv .venv
+fi
+VPY=.venv/bin/python
+
+# ---- 3. Python packages ---------------------------------------------------------------
+# torch==2.14.1 is a wheel on this machine's disk (pip finds it through its
+# configured find-links); nothing is downloaded.
+if ! $VPY - <<'EOF' >/dev/null 2>&1
+import importlib, sys
+import torch
+assert torch.__version__.split("+")[0] == "2.14.1", torch.__version__
+for m in ("pybind11", "scikit_build_core", "cmake", "ninja", "pytest", "numpy", "tqdm", "matplotlib"):
+    importlib.import_module(m)
+EOF
+then
+  log "installing Python packages into .venv"
+  $VPY -m pip install --disable-pip-version-check -q "torch==2.14.1" pybind11 scikit-build-core cmake ninja \
+    pytest numpy tqdm matplotlib
+fi
+
+# ---- 4. build and install dynamiq ---------------------------------------------------------
+# Rebuild only when a source file is newer than the last successful build.
+stamp=build/.dynamiq-installed
+if [ ! -f "$stamp" ] || [ -n "$(find csrc python CMakeLists.txt pyproject.toml -newer "$stamp" -print -quit)" ] \
+   || ! $VPY -c "import dynamiq" >/dev/null 2>&1; then
+  log "building dynamiq (C++ extension against the installed torch)"
+  PATH="$PWD/.venv/bin:$PATH" $VPY -m pip install --disable-pip-version-check -q --no-build-isolation -e . \
+    >/tmp/dynamiq-build.log 2>&1 || { tail -50 /tmp/dynamiq-build.log; exit 1; }
+  mkdir -p build && touch "$stamp"
+fi
+log "ready: $($VPY -c 'import dynamiq, torch; print("dynamiq", dynamiq.__version__, "modes", dynamiq.available_modes(), "| torch", torch.__version__)')"

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Every test, C++ and Python. Does all set-up first (scripts/setup.sh).
+#   bash scripts/test.sh            # everything
+#   bash scripts/test.sh -k ring    # extra arguments go to pytest
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+export PATH="$PWD/.venv/bin:$PATH"
+JOBS=${JOBS:-2}
+
+echo "== C++ (GoogleTest, torch-free; CUDA kernels compiled when nvcc is found, GPU tests skip without a GPU)"
+cmake -S . -B build/cpp -G Ninja -DDYNAMIQ_BUILD_PYTHON=OFF -DDYNAMIQ_BUILD_TESTS=ON \
+  -DDYNAMIQ_BUILD_BENCHMARKS=ON -DDYNAMIQ_CUDA=AUTO >build/cpp-configure.log 2>&1 \
+  || { cat build/cpp-configure.log; exit 1; }
+ninja -C build/cpp -j "$JOBS" >build/cpp-build.log 2>&1 || { tail -60 build/cpp-build.log; exit 1; }
+build/cpp/dynamiq_tests --gtest_brief=1
+
+echo "== C++ decoders under AddressSanitizer (untrusted-message tests)"
+cmake -S . -B build/asan -G Ninja -DDYNAMIQ_BUILD_PYTHON=OFF -DDYNAMIQ_BUILD_TESTS=ON -DDYNAMIQ_CUDA=OFF \
+  -DDYNAMIQ_ASAN=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo >build/asan-configure.log 2>&1 \
+  || { cat build/asan-configure.log; exit 1; }
+ninja -C build/asan -j "$JOBS" >build/asan-build.log 2>&1 || { tail -60 build/asan-build.log; exit 1; }
+ASAN_OPTIONS=detect_leaks=0 build/asan/dynamiq_tests --gtest_brief=1 \
+  --gtest_filter='*Malformed*:*Corrupt*:*Untrusted*:*Header*:ExactSum.Large*'
+
+echo "== Python (pytest, multi-process Gloo on loopback)"
+.venv/bin/python -m pytest tests/python -q "$@"
