@@ -38,7 +38,7 @@ struct CollectiveConfig {
   bool hierarchical_scales = true;   // ablation: off = group scales as bf16
 
   // Driver.
-  int64_t block_bytes = 256 * 1024;  // target wire bytes per pipelined block
+  int64_t block_bytes = 1 << 20;     // target wire bytes per pipelined block
   int64_t min_compress_numel = 4096; // smaller buckets take the exact path
   int64_t window_bytes = 16 << 20;   // receive buffers posted ahead
 

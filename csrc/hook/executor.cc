@@ -72,7 +72,8 @@ BufferPool*& thread_pool() {
 
 struct PendingSend {
   std::unique_ptr<Request> req;
-  BufferPool::Ptr buf;  // keeps the bytes alive until the send completes
+  BufferPool::Ptr buf;  // keeps the bytes alive until the send completes (null: zero-copy from the bucket)
+  int32_t zero_copy_block = -1;
 };
 
 struct PostedRecv {
@@ -159,18 +160,39 @@ void execute(Transport& tr, const Codec& codec, const Plan& plan, const BlockTab
     r.wait();
     st.t_wait += secs(t0, Clock::now());
   };
+  // Blocks whose bucket memory is being sent without a copy: written only after the send completes.
+  std::vector<uint8_t> zero_copy_pending(nb, 0);
   auto post_send = [&](const Op& op, const BufferPool::Ptr& buf) {
     const Block& b = bt.blocks[size_t(op.block)];
     const size_t sb = codec.static_bytes(plan, b);
     DQ_CHECK(buf->size >= sb, "codec produced fewer bytes than its static part");
     tr.group_start();
-    sends.push_back(PendingSend{tr.isend(buf->data(), sb, op.peer, op.tag), buf});
+    sends.push_back(PendingSend{tr.isend(buf->data(), sb, op.peer, op.tag), buf, -1});
     if (buf->size > sb)
       sends.push_back(PendingSend{
-          tr.isend(buf->data() + sb, buf->size - sb, op.peer, op.tag | kDynamicTagBit), buf});
+          tr.isend(buf->data() + sb, buf->size - sb, op.peer, op.tag | kDynamicTagBit), buf, -1});
     tr.group_end();
     st.bytes_sent += int64_t(buf->size);
     st.messages_sent += 1;
+  };
+  auto post_send_view = [&](const Op& op, const uint8_t* data) {
+    const size_t sb = codec.static_bytes(plan, bt.blocks[size_t(op.block)]);
+    sends.push_back(PendingSend{tr.isend(data, sb, op.peer, op.tag), nullptr, op.block});
+    zero_copy_pending[size_t(op.block)] = 1;
+    st.bytes_sent += int64_t(sb);
+    st.messages_sent += 1;
+  };
+  // Before a block's part of the bucket is overwritten with results.
+  auto before_output = [&](int32_t block) {
+    if (!zero_copy_pending[size_t(block)]) return;
+    for (auto& s : sends)
+      if (s.zero_copy_block == block) {
+        auto t0 = Clock::now();
+        s.req->wait();
+        st.t_wait += secs(t0, Clock::now());
+        s.zero_copy_block = -1;
+      }
+    zero_copy_pending[size_t(block)] = 0;
   };
   auto reap_sends = [&] {
     size_t k = 0;
@@ -245,12 +267,14 @@ void execute(Transport& tr, const Codec& codec, const Plan& plan, const BlockTab
             if (op.role == Role::kRecvDAR) {
               pending[size_t(op.block)] = out;
             } else {
+              before_output(op.block);
               kernel_timer([&] { codec.decompress(out->data(), out->size, plan, blk, args.out); });
               finals[size_t(op.block)] = out;
             }
             break;
           }
           case Role::kRecvFinal: {
+            before_output(op.block);
             kernel_timer([&] { codec.decompress(msg, total, plan, blk, args.out); });
             finals[size_t(op.block)] = pr.buf;
             break;
@@ -259,6 +283,7 @@ void execute(Transport& tr, const Codec& codec, const Plan& plan, const BlockTab
         }
       } else if (op.role == Role::kLocalSink) {
         auto out = pool->get(codec.max_message_bytes(plan, blk));
+        before_output(op.block);
         kernel_timer([&] {
           out->size = codec.compress(local_of(op.block), plan, blk, args.rng, out->data());
           codec.decompress(out->data(), out->size, plan, blk, args.out);
@@ -269,7 +294,10 @@ void execute(Transport& tr, const Codec& codec, const Plan& plan, const BlockTab
         // ranks, a send posted before its peer's receive serialises on Gloo).
         post_recvs_upto(i);
         BufferPool::Ptr buf;
-        if (op.role == Role::kSendLeaf) {
+        const uint8_t* view = op.role == Role::kSendLeaf ? codec.wire_view(local_of(op.block), plan, blk) : nullptr;
+        if (view) {
+          post_send_view(op, view);
+        } else if (op.role == Role::kSendLeaf) {
           buf = pool->get(codec.max_message_bytes(plan, blk));
           kernel_timer([&] {
             buf->size = codec.compress(local_of(op.block), plan, blk, args.rng, buf->data());
@@ -281,7 +309,7 @@ void execute(Transport& tr, const Codec& codec, const Plan& plan, const BlockTab
           buf = finals[size_t(op.block)];
           DQ_CHECK(buf, "executor: final bytes missing (schedule bug)");
         }
-        post_send(op, buf);
+        if (buf) post_send(op, buf);
       }
       if (last_final_use[size_t(op.block)] == i) finals[size_t(op.block)].reset();
       if (sends.size() > 64) reap_sends();

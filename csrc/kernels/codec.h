@@ -113,6 +113,14 @@ class Codec {
     return static_bytes(plan, b) + max_dynamic_bytes(plan, b);
   }
 
+  // Zero-copy leaf: if the wire bytes of compress(x) are already in memory
+  // (the identity codec on an untouched bucket), a pointer to them, else null.
+  // The executor then sends from that memory and waits for the send before
+  // anything writes to the block's part of the bucket.
+  virtual const uint8_t* wire_view(const Local& x, const Plan& plan, const Block& b) const {
+    (void)x, (void)plan, (void)b;
+    return nullptr;
+  }
   // Leaf: out <- compress(local). Returns the bytes written (static + dynamic).
   virtual size_t compress(const Local& x, const Plan& plan, const Block& b, const RngCtx& rng,
                           uint8_t* out) const = 0;

@@ -59,6 +59,12 @@ size_t IdentityCodec::static_bytes(const Plan& plan, const Block& b) const {
   return size_t(s.e1 - s.e0) * size_t(dtype_size(plan.dtype));
 }
 
+const uint8_t* IdentityCodec::wire_view(const Local& x, const Plan& plan, const Block& b) const {
+  if (x.acc || !x.bucket) return nullptr;
+  Span s = block_span(plan, b);
+  return static_cast<const uint8_t*>(x.bucket) + s.e0 * dtype_size(plan.dtype);
+}
+
 size_t IdentityCodec::compress(const Local& x, const Plan& plan, const Block& b, const RngCtx&,
                                uint8_t* out) const {
   Span s = block_span(plan, b);

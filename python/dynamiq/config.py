@@ -72,7 +72,7 @@ class Config:
     eps: Optional[tuple] = None
     uniform_levels: bool = False
     hierarchical_scales: bool = True
-    block_bytes: int = 256 * 1024
+    block_bytes: int = 1 << 20
     min_compress_numel: int = 4096
     window_bytes: int = 16 * 1024 * 1024
 
