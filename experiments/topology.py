@@ -1,0 +1,152 @@
+"""vNMSE of the all-reduced sum against world size n for ring, butterfly and
+two-step, with the real codecs over the in-process transport
+(`dynamiq.simulate`, the same C++ schedules and wire format as a real run).
+
+    python experiments/topology.py                     # n = 2..64, default rows
+    python experiments/topology.py --worlds 2 4 8 --trials 2 --numel 65536
+
+Appendix B of the DynamiQ paper bounds the ring's MSE by O(n^3) and the
+butterfly's by O(n^2) (a factor n slower); two-step quantises each
+coordinate twice whatever n is. vNMSE = ||X_hat - X||^2 / ||X||^2 with X the
+exact (float64) sum; inputs are i.i.d. per rank (Gaussian, or Student-t with 3
+degrees of freedom for `--data heavy`), so ||X||^2 grows like n and vNMSE
+like MSE / n. Writes JSON, a markdown table and a PNG plot
+(experiments/out/topology.*), and fits the log-log slope per row.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import benchlib  # noqa: E402
+
+import dynamiq  # noqa: E402
+
+DEFAULT_ROWS = [
+    "dynamiq:5:correlated", "dynamiq:5:independent", "dynamiq:3:correlated",
+    "bitsplit:4", "bitsplit:8", "lossless",
+]
+
+
+def row_config(row: str, topology: str):
+    parts = row.split(":")
+    mode = parts[0]
+    kw = {"mode": mode, "topology": topology}
+    if mode == "dynamiq":
+        kw["bits"] = float(parts[1])
+        if len(parts) > 2:
+            kw["rounding"] = parts[2]
+    elif mode == "bitsplit":
+        kw["bits"] = int(parts[1])
+    return dynamiq.Config(**kw)
+
+
+def make_inputs(n: int, numel: int, data: str, seed: int):
+    g = torch.Generator().manual_seed(seed)
+    if data == "gaussian":
+        return [torch.randn(numel, generator=g) * 1e-3 for _ in range(n)]
+    # Student-t(3): heavy tails like gradients
+    out = []
+    for _ in range(n):
+        z = torch.randn(numel, generator=g)
+        chi2 = sum(torch.randn(numel, generator=g) ** 2 for _ in range(3))
+        out.append(z / torch.sqrt(chi2 / 3) * 1e-3)
+    return out
+
+
+def vnmse(result: torch.Tensor, inputs) -> float:
+    exact = torch.stack([x.double() for x in inputs]).sum(0)
+    return float(((result.double() - exact) ** 2).sum() / (exact ** 2).sum())
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--worlds", type=int, nargs="+", default=[2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64])
+    p.add_argument("--topologies", nargs="+", default=["ring", "butterfly", "twostep"])
+    p.add_argument("--rows", nargs="+", default=DEFAULT_ROWS)
+    p.add_argument("--numel", type=int, default=1 << 18)
+    p.add_argument("--trials", type=int, default=3)
+    p.add_argument("--data", choices=["gaussian", "heavy"], default="gaussian")
+    p.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "out", "topology.json"))
+    args = p.parse_args(argv)
+
+    available = dynamiq.available_modes()
+    results = []  # dicts: row, topology, n, vnmse (mean over trials) or error
+    total = len(args.rows) * len(args.topologies) * len(args.worlds)
+    done = 0
+    t_start = time.time()
+    for row in args.rows:
+        mode = row.split(":")[0]
+        for topo in args.topologies:
+            for n in args.worlds:
+                done += 1
+                rec = {"row": row, "topology": topo, "n": n}
+                if mode not in available:
+                    rec["error"] = f"mode {mode} not built"
+                else:
+                    vals = []
+                    for trial in range(args.trials):
+                        xs = make_inputs(n, args.numel, args.data, seed=1000 * n + trial)
+                        cfg = row_config(row, topo).replace(seed=trial)
+                        out = dynamiq.simulate(xs, cfg, op="sum")
+                        vals.append(vnmse(out[0], xs))
+                    rec["vnmse"] = sum(vals) / len(vals)
+                results.append(rec)
+                print(f"[{done}/{total} {time.time() - t_start:6.0f}s] {row:24s} {topo:9s} n={n:3d} "
+                      f"{rec.get('vnmse', rec.get('error'))}", flush=True)
+
+    # table: rows x topology, columns n; and log-log slope fits
+    headers = ["row", "topology"] + [f"n={n}" for n in args.worlds] + ["slope"]
+    table = []
+    for row in args.rows:
+        for topo in args.topologies:
+            recs = [r for r in results if r["row"] == row and r["topology"] == topo]
+            cells = [f"{r['vnmse']:.2e}" if "vnmse" in r else r["error"] for r in recs]
+            pts = [(math.log(r["n"]), math.log(r["vnmse"])) for r in recs if r.get("vnmse", 0) > 0]
+            slope = "-"
+            if len(pts) >= 2:
+                mx = sum(a for a, _ in pts) / len(pts)
+                my = sum(b for _, b in pts) / len(pts)
+                slope = f"{sum((a - mx) * (b - my) for a, b in pts) / sum((a - mx) ** 2 for a, _ in pts):.2f}"
+            table.append([row, topo] + cells + [slope])
+    cmd = "python experiments/topology.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    md = (f"Command: `{cmd}`\n\nMachine: {benchlib.machine_info()}\n\n"
+          f"vNMSE of the sum, {args.data} data, {args.numel} elements per rank, mean of {args.trials} trials; "
+          f"slope = least-squares slope of log vNMSE against log n.\n\n" + benchlib.markdown_table(headers, table))
+    print(md)
+    benchlib.save(args.out, {"command": cmd, "args": vars(args), "results": results}, md)
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, ax = plt.subplots(figsize=(7, 5))
+        styles = {"ring": "-", "butterfly": "--", "twostep": ":"}
+        for i, row in enumerate(args.rows):
+            for topo in args.topologies:
+                recs = [r for r in results if r["row"] == row and r["topology"] == topo and r.get("vnmse", 0) > 0]
+                if recs:
+                    ax.plot([r["n"] for r in recs], [r["vnmse"] for r in recs], styles.get(topo, "-"),
+                            color=f"C{i}", marker="o", ms=3, label=f"{row} {topo}")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("world size n")
+        ax.set_ylabel("vNMSE of the all-reduced sum")
+        ax.set_title(f"vNMSE vs world size ({args.data} data)")
+        ax.legend(fontsize=6, ncol=2)
+        fig.tight_layout()
+        fig.savefig(os.path.splitext(args.out)[0] + ".png", dpi=120)
+    except ImportError:
+        print("matplotlib not installed: no plot")
+
+
+if __name__ == "__main__":
+    main()
