@@ -191,23 +191,6 @@ std::string fmt_bits(double x) {
   return buf;
 }
 
-// First pattern guess when no u is carried: the middle threshold at the
-// geometric mean (by exponent) of the positive statistics.
-int64_t initial_guess(const float* f, int64_t n, const Problem& pr) {
-  int64_t sum_exp = 0, positive = 0;
-  for (int64_t j = 0; j < n; ++j) {
-    const uint32_t e = f32_bits(f[j]) >> 23;  // biased exponent (sign is 0)
-    const int64_t pos = f[j] > 0.0f;
-    sum_exp += pos * int64_t(e);
-    positive += pos;
-  }
-  if (positive == 0 || pr.ws.count < 2) return kPatternOne;
-  const int64_t e = sum_exp / positive - 127;  // floor for positive sums; both in [-127, 127]
-  // C = 2^e / K_mid: pattern of 2^e minus log2-ish of K_mid, both exact.
-  const double c = std::ldexp(1.0, int(e)) / pr.factor[(pr.ws.count - 2) / 2];
-  return k_of_scale(c);
-}
-
 // Exact solver: the smallest pattern k (smallest C) whose cost fits, given
 // that k = 0 does not fit and k = +inf does. Sorting every statistic would do
 // (cost = binary searches), but only the statistics near the final
@@ -393,6 +376,13 @@ AllocResult dynamiq_allocate(const float* sumsq, int64_t numel, const AllocParam
     k_final = 0;  // C = 0: every threshold 0, everything at the widest width
   } else if (params.solver == AllocSolver::kExact) {
     k_final = exact_search(f, pr, passes);
+  } else if (!(state.has_u && std::isfinite(state.u))) {
+    // Fast solver, first step: there is no u to start from, so search once
+    // exactly and round the scale up to the grid u lives on (never more bits).
+    k_final = std::min(kPatternInf, (exact_search(f, pr, passes) + kGrid - 1) & ~(kGrid - 1));
+    state.has_u = true;
+    state.u = u_of_k(k_final);
+    state.step = double(kStepMin) / kTwo52;
   } else {
     // Fast rule: bracket the carried u, then bisect, within a pass budget.
     auto fits_at = [&](int64_t k) {
@@ -402,17 +392,10 @@ AllocResult dynamiq_allocate(const float* sumsq, int64_t numel, const AllocParam
       ++passes;
       return pr.fits(pr.bytes(above));
     };
-    const bool warm = state.has_u && std::isfinite(state.u);
-    const int limit = std::max(2, warm ? params.max_passes : params.first_passes);
-    int64_t k0, d;
-    if (warm) {
-      k0 = k_of_scale(dynamiq_scale_of_u(state.u));
-      const double st = std::isfinite(state.step) && state.step > 0 ? state.step * kTwo52 : 0.0;
-      d = st >= double(kStepMax) ? kStepMax : std::max(kStepMin, int64_t(st));
-    } else {
-      k0 = initial_guess(f.data(), pr.num_sg, pr);
-      d = int64_t(1) << 52;  // one unit of u: a factor 2 in C
-    }
+    const int limit = std::max(2, params.max_passes);
+    int64_t k0 = k_of_scale(dynamiq_scale_of_u(state.u));
+    const double st = std::isfinite(state.step) && state.step > 0 ? state.step * kTwo52 : 0.0;
+    int64_t d = st >= double(kStepMax) ? kStepMax : std::max(kStepMin, int64_t(st));
     k0 = std::min(std::max(grid_down(k0), kGrid), kPatternInf - kGrid);
     d = grid_down(d);
     // Invariant: a does not fit, b fits. The ends are known without a pass.

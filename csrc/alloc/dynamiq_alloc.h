@@ -18,15 +18,19 @@
 // The single degree of freedom is the scale C (equivalently u, below). Larger
 // C means higher thresholds, fewer bits. The wire cost is a non-increasing
 // step function of C; the solvers look for the smallest C whose cost fits.
-//  - exact: sorts the (sanitised) F once and bisects over every double C
-//    (63 steps, each O(|W| log n)): the tightest rule of the family.
-//  - fast (appendix A): no sort. Starts from the offset u carried across steps
-//    and brackets/bisects it with at most `max_passes` counting passes over F.
-//    It generalises the paper's closed form
+//  - exact: the smallest such C, found by bisection over every double C
+//    with a histogram of F (1/16-octave bins) and a sort of only the bins the
+//    thresholds cross: the tightest rule of the family, O(num_sg).
+//  - fast (appendix A): starts from the offset u carried across steps and
+//    brackets/bisects it with at most `max_passes` counting passes over F
+//    (no histogram, no sort); on the first step (no u yet) it runs the exact
+//    search once. Always within budget, never more bits than the exact
+//    solver SG by SG (same family, C >= C*); on a stationary stream u
+//    settles within 2^-16 of the exact solver's. It generalises the paper's
+//    closed form
 //      q_j = 2^clamp([1,3], floor(log2(4/log2(512/17) * log2 F_j + u_paper)))
 //    (which is this rule for W = {2,4,8}, u_paper = 4 - 4/log2(512/17) *
-//    log2 T(2,4)) to any set of allowed widths. Its result is always within
-//    budget and never wider than the exact solver's (same family, C >= C*).
+//    log2 T(2,4)) to any set of allowed widths, so no fallback is needed.
 //
 // Determinism: the result depends only on the F values, the parameters and
 // the state, through integer arithmetic, IEEE float/double compares and one
@@ -101,10 +105,9 @@ struct AllocParams {
   uint32_t widths_mask = kDynamiqWidthMaskDefault;    // bit w set: width w allowed
   DynamiqFormat format{};
   AllocSolver solver = AllocSolver::kFast;
-  // Fast solver: counting passes over F per step once u is known, and on the
-  // first step (no u yet). Each pass is one read of the num_sg floats.
+  // Fast solver: counting passes over F per step once u is known (each pass
+  // is one read of the num_sg floats).
   int max_passes = 8;
-  int first_passes = 64;
 };
 
 // Fast-solver state carried across steps, per bucket.
@@ -134,7 +137,7 @@ struct AllocResult {
   double threshold[4] = {0, 0, 0, 0};
   double scale = 0.0;  // C (0: everything at the widest width)
   double u = 0.0;      // u of `scale` (see AllocState), in [-1024, 1023]
-  int passes = 0;      // cost evaluations made (fast: passes over F; exact: bisection steps)
+  int passes = 0;      // cost evaluations (fast warm step: passes over F; exact: bisection steps)
 };
 
 // Validated allowed widths. Throws Error for an empty mask, a width outside

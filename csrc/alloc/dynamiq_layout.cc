@@ -144,16 +144,23 @@ void dynamiq_layout(Plan& plan, const DynamiqFormat& fmt, int n, SgLayout layout
   off[num] = acc;
 }
 
+AllocResult fill_dynamiq_plan(Plan& plan, DType dtype, int64_t numel, const float* sumsq, int64_t stride,
+                              const AllocParams& params, AllocState& state, int num_chunks, SgLayout layout) {
+  if (num_chunks < 1) throw Error("dynamiq layout: number of chunks must be >= 1, got " + std::to_string(num_chunks));
+  plan.dtype = dtype;
+  plan.numel = numel;
+  plan.bias.clear();
+  plan.bits.resize(size_t(dynamiq_num_sg(numel, params.format)));
+  const AllocResult r = dynamiq_allocate(sumsq, numel, params, state, plan.bits.data(), stride);
+  dynamiq_layout(plan, params.format, num_chunks, layout);
+  return r;
+}
+
 Plan make_dynamiq_plan(DType dtype, int64_t numel, const float* sumsq, int64_t stride,
                        const AllocParams& params, AllocState& state, int num_chunks, SgLayout layout,
                        AllocResult* result) {
-  if (num_chunks < 1) throw Error("dynamiq layout: number of chunks must be >= 1, got " + std::to_string(num_chunks));
   Plan plan;
-  plan.dtype = dtype;
-  plan.numel = numel;
-  plan.bits.resize(size_t(dynamiq_num_sg(numel, params.format)));
-  AllocResult r = dynamiq_allocate(sumsq, numel, params, state, plan.bits.data(), stride);
-  dynamiq_layout(plan, params.format, num_chunks, layout);
+  const AllocResult r = fill_dynamiq_plan(plan, dtype, numel, sumsq, stride, params, state, num_chunks, layout);
   if (result) *result = r;
   return plan;
 }

@@ -193,7 +193,9 @@ TEST(AllocLayout, NaturalOrderAblation) {
       const Plan p = plan_for(m, n, SgLayout::kNatural);
       check_common(p, m, n);
       EXPECT_TRUE(p.order.empty());  // identity
-      if (!m.widths.empty()) EXPECT_LE(spread(chunk_stats(p).bytes), 2 * largest_sg_bytes(m.widths));
+      if (!m.widths.empty()) {
+        EXPECT_LE(spread(chunk_stats(p).bytes), 2 * largest_sg_bytes(m.widths));
+      }
     }
 }
 
@@ -252,6 +254,19 @@ TEST(AllocLayout, MakePlanEndToEnd) {
       EXPECT_EQ(p.wire_offset.back(), res.wire_bytes);
       EXPECT_LE(8.0 * double(res.wire_bytes), 5.0 * double(numel));
       EXPECT_LE(spread(chunk_stats(p).bytes), largest_sg_bytes(p.bits));
+      // Identical plan from a copy of the stats, into a reused plan object.
+      const std::vector<float> copy = f;
+      AllocState st2;
+      Plan q = p;
+      q.order.assign(3, 0);
+      q.bias.assign(2, 1.0f);
+      fill_dynamiq_plan(q, DType::kBF16, numel, copy.data(), 1, prm, st2, n);
+      EXPECT_EQ(q.bits, p.bits);
+      EXPECT_EQ(q.order, p.order);
+      EXPECT_EQ(q.wire_offset, p.wire_offset);
+      EXPECT_EQ(q.chunk_begin, p.chunk_begin);
+      EXPECT_TRUE(q.bias.empty());
+      EXPECT_EQ(st2.u, st.u);
     }
 }
 

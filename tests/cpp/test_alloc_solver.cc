@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <ctime>
 #include <limits>
 #include <random>
 #include <vector>
@@ -490,9 +491,10 @@ TEST(AllocDeterminism, ScaleOfUIsMonotoneAndRoundTrips) {
 
 // ---- fast solver across steps -----------------------------------------------------
 
-// Stationary stream, few passes per step, cold start with a tiny first-step
-// budget: bits used never decreases, never exceeds the budget, and reaches
-// the exact solver's within 0.01 bits; u settles (last steps move < 2^-16).
+// Stationary stream, 3 passes per step, from a cold start (one exact search)
+// and from carried offsets far off in both directions: bits used never
+// decreases, never exceeds the budget, and reaches the exact solver's within
+// 0.01 bits; u settles (the last steps move it by < 2^-16).
 TEST(AllocFastSolver, ConvergesOnAStationaryStream) {
   for (double sigma : {1.5, 4.0})
     for (double bits : {3.5, 5.0, 7.0}) {
@@ -505,7 +507,6 @@ TEST(AllocFastSolver, ConvergesOnAStationaryStream) {
         p.bits = bits;
         p.solver = AllocSolver::kFast;
         p.max_passes = 3;
-        p.first_passes = 3;
         AllocState st;
         if (!std::isnan(u0)) st.has_u = true, st.u = u0;
         std::vector<uint8_t> w(static_cast<size_t>(num_sg));
@@ -515,7 +516,9 @@ TEST(AllocFastSolver, ConvergesOnAStationaryStream) {
           const AllocResult r = dynamiq_allocate(f.data(), numel, p, st, w.data());
           ASSERT_LE(double(8 * r.wire_bytes), bits * double(numel));
           ASSERT_GE(r.bits_per_coord, prev_bits) << "step " << step;
-          ASSERT_LE(r.passes, 3);
+          if (step > 0 || !std::isnan(u0)) {
+            ASSERT_LE(r.passes, 3);  // a cold first step is one exact search
+          }
           prev_bits = r.bits_per_coord;
           if (!std::isnan(prev_u)) moves.push_back(std::fabs(st.u - prev_u));
           prev_u = st.u;
@@ -557,23 +560,40 @@ TEST(AllocFastSolver, TracksDriftAndJumps) {
 
 // ---- performance sanity (printed, not asserted) ---------------------------------
 
+double thread_cpu_ms() {
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return double(ts.tv_sec) * 1e3 + double(ts.tv_nsec) * 1e-6;
+}
+
+// Wall and thread CPU time (the machine may be shared), fresh plan and a
+// reused one (no page faults).
 TEST(AllocPerformance, OneMillionSuperGroups) {
   const int64_t num_sg = 1 << 20, numel = num_sg * 256;
   const auto f = lognormal_stats(num_sg, 3.0, 0.2, 61);
   using clk = std::chrono::steady_clock;
-  for (const char* mode : {"exact", "fast (cold)", "fast (warm)"}) {
-    AllocParams p;
-    p.solver = mode[0] == 'e' ? AllocSolver::kExact : AllocSolver::kFast;
-    AllocState st;
-    if (mode[0] == 'f' && mode[6] == 'w') dynamiq_allocate(f.data(), numel, p, st, std::vector<uint8_t>(size_t(num_sg)).data());
-    AllocResult res;
-    const auto t0 = clk::now();
-    const Plan plan = make_dynamiq_plan(DType::kF32, numel, f.data(), 1, p, st, 8, SgLayout::kBalancedByWidth, &res);
-    const double ms = std::chrono::duration<double, std::milli>(clk::now() - t0).count();
-    std::printf("[ perf ] 2^20 SGs, %-11s allocation + layout (8 chunks): %7.2f ms, %d passes, %.4f bits/coord\n",
-                mode, ms, res.passes, res.bits_per_coord);
-    EXPECT_EQ(plan.wire_offset.back(), res.wire_bytes);
-  }
+  Plan reused;
+  for (const char* mode : {"exact", "fast (cold)", "fast (warm)"})
+    for (bool reuse : {false, true}) {
+      AllocParams p;
+      p.solver = mode[0] == 'e' ? AllocSolver::kExact : AllocSolver::kFast;
+      AllocState st;
+      if (mode[0] == 'f' && mode[6] == 'w') fill_dynamiq_plan(reused, DType::kF32, numel, f.data(), 1, p, st, 8);
+      AllocResult res;
+      const auto t0 = clk::now();
+      const double c0 = thread_cpu_ms();
+      if (reuse) {
+        res = fill_dynamiq_plan(reused, DType::kF32, numel, f.data(), 1, p, st, 8);
+      } else {
+        const Plan plan = make_dynamiq_plan(DType::kF32, numel, f.data(), 1, p, st, 8, SgLayout::kBalancedByWidth, &res);
+        EXPECT_EQ(plan.wire_offset.back(), res.wire_bytes);
+      }
+      const double cpu = thread_cpu_ms() - c0;
+      const double ms = std::chrono::duration<double, std::milli>(clk::now() - t0).count();
+      std::printf("[ perf ] 2^20 SGs, %-11s allocation + layout (8 chunks, %s plan): %6.2f ms wall, %6.2f ms cpu, %3d passes, %.4f bits/coord\n",
+                  mode, reuse ? "reused" : "fresh ", ms, cpu, res.passes, res.bits_per_coord);
+      EXPECT_LE(8.0 * double(res.wire_bytes), 5.0 * double(numel));
+    }
 }
 
 }  // namespace
