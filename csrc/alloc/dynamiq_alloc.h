@@ -37,6 +37,8 @@
 // correctly rounded multiplication per threshold. No libm call (log2/exp2
 // differ between glibc's CPU-dispatched variants), no reduction whose order
 // depends on threads. Every rank computes the same widths from the same stats.
+// Assumes IEEE float semantics (no -ffast-math: NaN tests and the exact
+// compares rely on it).
 #pragma once
 
 #include <cstdint>
