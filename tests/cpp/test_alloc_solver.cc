@@ -384,7 +384,7 @@ TEST(AllocBudget, BadParametersThrow) {
   for (double bits : {0.0, -1.0, double(NAN), double(INFINITY)}) EXPECT_THROW(run(f, 1024, bits, kMaskDefault, AllocSolver::kFast), Error);
   EXPECT_THROW(run(f, 1024, 5.0, 0u, AllocSolver::kFast), Error);
   EXPECT_THROW(run(f, 1024, 5.0, M(3) | M(4), AllocSolver::kFast), Error);
-  EXPECT_THROW(run(f, 1024, 5.0, M(32), AllocSolver::kExact), Error);
+  EXPECT_THROW(run(f, 1024, 5.0, 1u << 31, AllocSolver::kExact), Error);
   DynamiqFormat bad;
   bad.s = 24;  // 256 % 24 != 0
   EXPECT_THROW(run(f, 1024, 5.0, kMaskDefault, AllocSolver::kExact, nullptr, bad), Error);
