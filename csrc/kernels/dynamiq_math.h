@@ -23,7 +23,7 @@
 // with P(up) = p, so E[L[idx]] = a (unbiased at both levels). up is decided
 // by (pi + gamma) < p * n, i.e. u = (pi + gamma)/n < p, with gamma a private
 // uniform and pi the shared stratum (permutation.h); independent rounding is
-// the case n = 1, pi = 0.
+// the case n = 1, pi = 0. Negative values use 1 - u (see dq_round_up).
 //
 // Group scales, two unbiased variants (DynamiqParams::stochastic_group_scales):
 //   stochastic (paper): r_k = floor(255 g_k/Msg) + Bernoulli(frac), norm_k = g_k,
@@ -130,10 +130,18 @@ DQ_HD float dq_stratum(const DqRounding& rd, int64_t src, int32_t S, int32_t i) 
   return float(perm_eval(rd.perm, dq_value_word(rd.key, kPurposePermutation, 0, src, S, i)));
 }
 
-// u = (pi + gamma)/n < p, evaluated as pi + gamma < p * n.
-DQ_HD uint32_t dq_round_up(float p, float pi, uint32_t w, const DqRounding& rd) {
+// Magnitude rounds up iff u < p, u = (pi + gamma)/n, evaluated as
+// pi + gamma < p * n; for a negative value u is replaced by 1 - u (evaluated
+// as n - (pi + gamma), exact on gamma's grid). So on every rank "u small"
+// means "rounded toward +infinity": the ranks' signed errors are all
+// decreasing in their u, and stratified u's make them negatively correlated
+// whatever the signs (with magnitude-oriented u, values of opposite signs would
+// get positively correlated errors and i.i.d. data would gain nothing).
+DQ_HD uint32_t dq_round_up(float p, float pi, uint32_t w, uint32_t neg, const DqRounding& rd) {
   const float gam = rd.stochastic ? float(w >> rd.gshift) * rd.gscale : 0.5f;
-  return (pi + gam) < p * rd.nf ? 1u : 0u;
+  float v = pi + gam;
+  v = neg ? rd.nf - v : v;
+  return v < p * rd.nf ? 1u : 0u;
 }
 
 // ---- scales -----------------------------------------------------------------------
@@ -227,7 +235,7 @@ DQ_HD uint32_t dq_encode_value(const DqLevels& t, float x, float inv, float pi, 
   a = a < 1.0f ? a : 1.0f;  // nan -> 1
   const int32_t j = dq_bracket<B>(t, a);
   float p = (a - t.level[j]) * t.invgap[j];
-  const uint32_t idx = uint32_t(j) + dq_round_up(p, pi, w, rd);
+  const uint32_t idx = uint32_t(j) + dq_round_up(p, pi, w, neg, rd);
   return (neg << (B - 1)) | idx;
 }
 
@@ -237,7 +245,7 @@ DQ_HD uint32_t dq_encode_sign(float x, float inv, float pi, uint32_t w, const Dq
   a = a < 1.0f ? a : 1.0f;
   a = a > -1.0f ? a : -1.0f;
   const float p = (1.0f + a) * 0.5f;
-  return dq_round_up(p, pi, w, rd);
+  return dq_round_up(p, pi, w, 0u, rd);  // already oriented: up = +scale
 }
 
 // Code of element i inside an SG's packed code bytes (planar packing: byte k
