@@ -98,6 +98,11 @@ class DynamiqCodec final : public Codec {
 // column when the world needs one).
 DqRounding make_dynamiq_rounding(const RngCtx& rng);
 
+// The CPU kernels' random words of one SG (AVX2 Philox when compiled for it):
+// words[k + j*(S/4)] = word j of Philox call call0 + k. For tests.
+void dynamiq_fill_words(const RngKey& key, uint64_t call0, uint32_t purpose, uint32_t who, int S,
+                        uint32_t* words);
+
 // Fills plan.wire_offset from plan.bits and plan.order (wire order).
 void dynamiq_fill_wire_offsets(Plan& plan, const DynamiqFormat& fmt);
 

@@ -54,13 +54,14 @@ struct DqLevels {
   const float* decode = nullptr;  // 2^b values: code -> signed level
   // Bracket search for width 8: cell c covers the floats whose bit patterns lie
   // in [cell_base + c << cell_shift, cell_base + (c+1) << cell_shift);
-  // cell[c] = the largest j with level[j] <= the cell's lowest value; then at
-  // most `fixups` steps j += (a >= level[j+1]) reach the bracket.
-  const uint8_t* cell = nullptr;
+  // cell[c] = the largest j <= m-1 with level[j] <= the cell's lowest value.
+  // The builder makes cells fine enough to hold at most one level each, so one
+  // step j += (a >= level[j+1]) reaches the bracket. int32 so that the CPU
+  // loop can gather it.
+  const int32_t* cell = nullptr;
   uint32_t cell_base = 0;
   int32_t cell_shift = 0;
   int32_t ncells = 0;
-  int32_t fixups = 0;
 };
 
 struct DqTables {
@@ -138,10 +139,17 @@ DQ_HD float dq_stratum(const DqRounding& rd, int64_t src, int32_t S, int32_t i) 
 // whatever the signs (with magnitude-oriented u, values of opposite signs would
 // get positively correlated errors and i.i.d. data would gain nothing).
 DQ_HD uint32_t dq_round_up(float p, float pi, uint32_t w, uint32_t neg, const DqRounding& rd) {
-  const float gam = rd.stochastic ? float(w >> rd.gshift) * rd.gscale : 0.5f;
-  float v = pi + gam;
-  v = neg ? rd.nf - v : v;
-  return v < p * rd.nf ? 1u : 0u;
+  // Everything computed unconditionally and combined bitwise: gcc does not
+  // speculate floating-point operations or comparisons under -ftrapping-math
+  // and would leave a branch in the loop (no vectorisation).
+  const float g1 = float(int32_t(w >> rd.gshift)) * rd.gscale;  // < 2^24: signed convert
+  const float gam = rd.stochastic ? g1 : 0.5f;
+  const float v = pi + gam;
+  const float vn = rd.nf - v;
+  const float pn = p * rd.nf;
+  const uint32_t up_pos = v < pn ? 1u : 0u;
+  const uint32_t up_neg = vn < pn ? 1u : 0u;
+  return (up_neg & neg) | (up_pos & (neg ^ 1u));  // bitwise: no branch for gcc to keep
 }
 
 // ---- scales -----------------------------------------------------------------------
@@ -210,40 +218,63 @@ DQ_HD int32_t dq_bracket(const DqLevels& t, float a) {
   if constexpr (B == 2) {
     return 0;
   } else if constexpr (B == 4) {
+    // a, levels >= 0: compare bit patterns as integers (no FP compare for gcc
+    // to keep as a branch under -ftrapping-math)
+    const int32_t ab = int32_t(f32_bits(a));
     int32_t j = 0;
-    for (int k = 1; k < 7; ++k) j += a >= t.level[k] ? 1 : 0;
+    for (int k = 1; k < 7; ++k) j += ab >= int32_t(f32_bits(t.level[k])) ? 1 : 0;
     return j;
   } else {
-    const uint32_t bits = f32_bits(a);
-    int32_t j = 0;
-    if (bits >= t.cell_base) {
-      uint32_t c = (bits - t.cell_base) >> t.cell_shift;
-      c = c < uint32_t(t.ncells - 1) ? c : uint32_t(t.ncells - 1);
-      j = t.cell[c];
-    }
-    for (int k = 0; k < t.fixups; ++k) j += (j < t.m - 1 && a >= t.level[j + 1]) ? 1 : 0;
+    // a in [0, 1]: its bits fit int32. Cells below cell_base clamp to cell 0,
+    // whose entry is 0 (the cell starts at 2^e <= level[1]). Signed index,
+    // integer clamps and unconditional loads (j + 1 <= m): gcc vectorises this.
+    int32_t c = (int32_t(f32_bits(a)) - int32_t(t.cell_base)) >> t.cell_shift;
+    c = c < 0 ? 0 : c;
+    c = c < t.ncells - 1 ? c : t.ncells - 1;
+    int32_t j = t.cell[c];
+    const int32_t next = int32_t(f32_bits(t.level[j + 1]));
+    j += ((j < t.m - 1) & (int32_t(f32_bits(a)) >= next)) ? 1 : 0;
     return j;
   }
 }
 
-// Code of one value x (b >= 2), normalised by inv, with random word w and stratum pi.
+// The steps of coding one value x (b >= 2), normalised by inv, with random
+// word w and stratum pi. dq_encode_value composes them; the CPU loops run
+// them as separate passes (each one vectorises), the CUDA kernel per element.
+DQ_HD uint32_t dq_sign(float x) { return x < 0.0f ? 1u : 0u; }
+
+// a = min(|x| * inv, 1), the clamp on the bit pattern (nan -> 1)
+DQ_HD float dq_normalise(float x, float inv) {
+  const uint32_t ab = f32_bits(fabsf(x) * inv);
+  return bits_f32(ab < 0x3f800000u ? ab : 0x3f800000u);
+}
+
+// Probability of rounding the magnitude up from level[j].
+DQ_HD float dq_frac(const DqLevels& t, float a, int32_t j) {
+  return (a - t.level[j]) * t.invgap[j];
+}
+
+template <int B>
+DQ_HD uint32_t dq_code(uint32_t neg, int32_t j, uint32_t up) {
+  return (neg << (B - 1)) | (uint32_t(j) + up);
+}
+
 template <int B>
 DQ_HD uint32_t dq_encode_value(const DqLevels& t, float x, float inv, float pi, uint32_t w,
                                const DqRounding& rd) {
-  const uint32_t neg = x < 0.0f ? 1u : 0u;
-  float a = fabsf(x) * inv;
-  a = a < 1.0f ? a : 1.0f;  // nan -> 1
+  const uint32_t neg = dq_sign(x);
+  const float a = dq_normalise(x, inv);
   const int32_t j = dq_bracket<B>(t, a);
-  float p = (a - t.level[j]) * t.invgap[j];
-  const uint32_t idx = uint32_t(j) + dq_round_up(p, pi, w, neg, rd);
-  return (neg << (B - 1)) | idx;
+  const float p = dq_frac(t, a, j);
+  return dq_code<B>(neg, j, dq_round_up(p, pi, w, neg, rd));
 }
 
 // Width 1: sign only, at +-scale; P(+) = (1 + x/norm)/2, so E = x.
 DQ_HD uint32_t dq_encode_sign(float x, float inv, float pi, uint32_t w, const DqRounding& rd) {
-  float a = x * inv;
-  a = a < 1.0f ? a : 1.0f;
-  a = a > -1.0f ? a : -1.0f;
+  // a = x * inv clamped to [-1, 1] on the bit pattern (nan -> +-1)
+  const uint32_t ab = f32_bits(x * inv);
+  const uint32_t mag = ab & 0x7fffffffu;
+  const float a = bits_f32((mag < 0x3f800000u ? mag : 0x3f800000u) | (ab & 0x80000000u));
   const float p = (1.0f + a) * 0.5f;
   return dq_round_up(p, pi, w, 0u, rd);  // already oriented: up = +scale
 }
