@@ -316,11 +316,12 @@ void fill_strata(const DqRounding& rd, int64_t src, int S, uint32_t* __restrict 
     const uint32_t r = pp.rank;
     for (int i = 0; i < S; ++i) pi[i] = float(r ^ (sw[i] >> 31));
   } else if (pp.n <= uint32_t(kPermTableMaxN)) {
-    const uint8_t* __restrict col = pp.column;
+    const int32_t* __restrict col = pp.column;
     const uint32_t nf = pp.nfact;
-    for (int i = 0; i < S; ++i) pi[i] = float(col[perm_mulhi(sw[i], nf)]);
+    for (int i = 0; i < S; ++i) pi[i] = float(col[int32_t(perm_mulhi(sw[i], nf))]);
   } else {
-    for (int i = 0; i < S; ++i) pi[i] = float(perm_eval(pp, sw[i]));
+    const uint32_t n = pp.n, rank = pp.rank;
+    for (int i = 0; i < S; ++i) pi[i] = float(int32_t(perm_swap_or_not(n, rank, sw[i])));
   }
 }
 

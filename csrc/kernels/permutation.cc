@@ -23,17 +23,17 @@ std::vector<uint8_t> perm_lexicographic(int n, uint64_t m) {
   return out;
 }
 
-const uint8_t* perm_table_column(int n, int rank) {
+const int32_t* perm_table_column(int n, int rank) {
   DQ_CHECK(n >= 3 && n <= kPermTableMaxN, "perm_table_column: n must be in [3, 8]");
   DQ_CHECK(rank >= 0 && rank < n, "perm_table_column: rank out of range");
   static std::mutex mu;
-  static auto* cache = new std::map<std::pair<int, int>, std::unique_ptr<std::vector<uint8_t>>>();
+  static auto* cache = new std::map<std::pair<int, int>, std::unique_ptr<std::vector<int32_t>>>();
   std::lock_guard<std::mutex> lk(mu);
   auto& slot = (*cache)[{n, rank}];
   if (!slot) {
     uint64_t nf = 1;
     for (int i = 2; i <= n; ++i) nf *= uint64_t(i);
-    auto col = std::make_unique<std::vector<uint8_t>>(size_t(nf));
+    auto col = std::make_unique<std::vector<int32_t>>(size_t(nf));
     // Walk the permutations in lexicographic order with next_permutation
     // semantics written out (no per-index Lehmer decoding).
     std::vector<uint8_t> p(static_cast<size_t>(n));

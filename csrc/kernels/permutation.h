@@ -68,13 +68,13 @@ struct PermParams {
   uint32_t n = 1;                  // world size
   uint32_t rank = 0;
   uint32_t nfact = 1;              // n! for n <= kPermTableMaxN
-  const uint8_t* column = nullptr; // n <= kPermTableMaxN: column_rank of the table (nfact bytes)
+  const int32_t* column = nullptr; // n <= kPermTableMaxN: column_rank of the table (nfact entries; int32 so CPU loops can gather)
 };
 
 DQ_HD uint32_t perm_eval(const PermParams& p, uint32_t w) {
   if (p.n <= 1) return 0;
   if (p.n == 2) return p.rank ^ (w >> 31);
-  if (p.n <= uint32_t(kPermTableMaxN)) return p.column[perm_mulhi(w, p.nfact)];
+  if (p.n <= uint32_t(kPermTableMaxN)) return uint32_t(p.column[perm_mulhi(w, p.nfact)]);
   return perm_swap_or_not(p.n, p.rank, w);
 }
 
@@ -83,7 +83,7 @@ DQ_HD uint32_t perm_eval(const PermParams& p, uint32_t w) {
 // column[m] = (m-th permutation of {0..n-1} in lexicographic order)(rank), for
 // 3 <= n <= kPermTableMaxN. Built once per (n, rank) and cached for the life
 // of the process (thread-safe); the pointer stays valid.
-const uint8_t* perm_table_column(int n, int rank);
+const int32_t* perm_table_column(int n, int rank);
 
 // The m-th permutation of {0..n-1} in lexicographic order (Lehmer decoding),
 // n <= 12. Exposed for tests.

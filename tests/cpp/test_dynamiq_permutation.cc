@@ -57,7 +57,7 @@ TEST(DynamiqPermutation, LexicographicTableMatchesLehmerDecoding) {
     uint64_t nf = 1;
     for (int i = 2; i <= n; ++i) nf *= uint64_t(i);
     for (int r = 0; r < n; ++r) {
-      const uint8_t* col = perm_table_column(n, r);
+      const int32_t* col = perm_table_column(n, r);
       for (uint64_t m = 0; m < nf; m += (n < 8 ? 1 : 7)) ASSERT_EQ(col[m], perm_lexicographic(n, m)[size_t(r)]);
     }
   }
