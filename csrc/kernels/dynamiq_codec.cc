@@ -426,8 +426,16 @@ void encode_sg(const Ctx& cx, const DqRounding& rd, int64_t src, Work& ws, uint8
       float* __restrict pr = ws.p.data();
       int32_t* __restrict jj = ws.j.data();
       for (int i = 0; i < S; ++i) a[i] = dq_normalise(t[i], inv_e[i]);
-      pass_bracket<B>(lv, a, jj, S);
-      pass_frac(lv, a, jj, pr, S);
+      if constexpr (B == 2) {
+        // levels {0, 1}: bracket 0 and dq_frac(a, 0) = (a - 0) * 1 = a exactly
+        for (int i = 0; i < S; ++i) {
+          jj[i] = 0;
+          pr[i] = a[i];
+        }
+      } else {
+        pass_bracket<B>(lv, a, jj, S);
+        pass_frac(lv, a, jj, pr, S);
+      }
       for (int i = 0; i < S; ++i) {
         const uint32_t neg = dq_sign(t[i]);
         c[i] = dq_code<B>(neg, jj[i], dq_round_up(pr[i], pi[i], w[i], neg, r));
