@@ -321,7 +321,10 @@ void fill_strata(const DqRounding& rd, int64_t src, int S, uint32_t* __restrict 
     for (int i = 0; i < S; ++i) pi[i] = float(col[int32_t(perm_mulhi(sw[i], nf))]);
   } else {
     const uint32_t n = pp.n, rank = pp.rank;
-    for (int i = 0; i < S; ++i) pi[i] = float(int32_t(perm_swap_or_not(n, rank, sw[i])));
+    if (n <= 32u)
+      for (int i = 0; i < S; ++i) pi[i] = float(int32_t(perm_swap_or_not_t<true>(n, rank, sw[i])));
+    else
+      for (int i = 0; i < S; ++i) pi[i] = float(int32_t(perm_swap_or_not_t<false>(n, rank, sw[i])));
   }
 }
 

@@ -24,8 +24,19 @@
 //   b = 16: [0, 2S) the S values as bf16 little-endian (round to nearest even:
 //     NOT unbiased; 16 is meant for the largest super-groups only).
 // Elements are the source SG's values minus plan.bias[src], the padding of a
-// partial last SG is zero. Every bit pattern of the right size is a valid
-// message, so decoders check only the size (check_message_size).
+// partial last SG is zero. An SG holding inf or nan is sent with Msg (flat:
+// every group scale) = bf16 nan, so it decodes to nan: non-finite partial sums
+// stay non-finite. Every bit pattern of the right size is a valid message, so
+// decoders check only the size (check_message_size).
+//
+// RANDOMNESS (philox.h, key = RngCtx.key from (seed, collective sequence)):
+// element i of source SG src rounds with word i / (S/4) of the Philox call
+// with counter (src*S/4 + i%(S/4), kPurposeValue, rank, 0); its shared
+// permutation word (correlated rounding) is the same word with purpose
+// kPurposePermutation and rank word 0; stochastic group scale k (when enabled)
+// uses word k%4 of counter (src*ceil(G/4) + k/4, kPurposeGroupScale, rank, 0).
+// A rank compresses each coordinate at most once per collective, so every
+// draw is used once.
 #pragma once
 
 #include <array>

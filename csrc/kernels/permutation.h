@@ -20,7 +20,8 @@
 //               and needs no cycle walking. Round keys are derived from w by an
 //               invertible 32-bit mix. Pseudo-random, not exactly uniform:
 //               at most 2^32 permutations per coordinate; the pairwise
-//               position statistics are tested for n = 9, 17, 33.
+//               position statistics are tested for n = 9, 17, 33, the full
+//               distribution (all n!) for n = 4, 5.
 // A shared cyclic shift (pi(r) = r + c mod n) is deliberately not used: on a
 // ring it puts consecutive hops into adjacent strata.
 #pragma once
@@ -51,16 +52,30 @@ DQ_HD uint32_t perm_mulhi(uint32_t w, uint32_t n) {
 }
 
 // Swap-or-not evaluation of rank x's image under the permutation keyed by w.
-DQ_HD uint32_t perm_swap_or_not(uint32_t n, uint32_t x, uint32_t w) {
+// Round j: h = mix(w ^ c_j) (independent of x), partner key k = floor(h n / 2^32),
+// round function F(hi) = bit hi of g = h * odd when n <= 32 (a random
+// function table of 32 bits: cheap, and off the x-dependency chain), else the
+// top bit of mix(h + c * hi).
+template <bool kSmall>  // kSmall: n <= 32
+DQ_HD uint32_t perm_swap_or_not_t(uint32_t n, uint32_t x, uint32_t w) {
   for (uint32_t j = 0; j < uint32_t(kSwapOrNotRounds); ++j) {
     const uint32_t h = perm_mix32(w ^ (0x9e3779b9u * (j + 1u)));
     const uint32_t k = perm_mulhi(h, n);
+    const uint32_t g = h * 0x2545f491u;
     const uint32_t xp = k >= x ? k - x : k + n - x;  // (k - x) mod n: the partner of x
     const uint32_t hi = x > xp ? x : xp;               // same for both members of the pair
-    const uint32_t bit = perm_mix32(h + 0x85ebca6bu * hi) >> 31;
+    uint32_t bit;
+    if constexpr (kSmall)
+      bit = (g >> (hi & 31u)) & 1u;
+    else
+      bit = perm_mix32(h + 0x85ebca6bu * hi) >> 31;
     x = bit ? xp : x;
   }
   return x;
+}
+
+DQ_HD uint32_t perm_swap_or_not(uint32_t n, uint32_t x, uint32_t w) {
+  return n <= 32u ? perm_swap_or_not_t<true>(n, x, w) : perm_swap_or_not_t<false>(n, x, w);
 }
 
 // What a kernel needs to evaluate pi_i(rank) from the shared word w_i.
