@@ -199,6 +199,10 @@ DqRounding make_dynamiq_rounding(const RngCtx& rng) {
                std::to_string(rng.world));
   PermParams perm;
   const bool corr = rng.correlated && rng.stochastic && rng.world > 1;
+  // gamma keeps 24 - ceil(log2 n) bits: at least 8 for n <= 2^16
+  DQ_CHECK(!corr || rng.world <= (1 << 16),
+           "dynamiq: correlated rounding supports at most 65536 ranks (got " +
+               std::to_string(rng.world) + "); use rounding=\"independent\"");
   if (corr) perm = make_perm_params(rng.world, rng.rank);
   return make_rounding(rng.key, rng.rank, rng.world, rng.correlated, rng.stochastic, perm);
 }

@@ -566,9 +566,11 @@ TEST(DynamiqCodec, BadPlansAndParamsAreClearErrors) {
   DynamiqParams bad2;
   bad2.eps[3] = 3.0f;  // 8-bit levels collapse in float
   EXPECT_THROW(DynamiqCodec{bad2}, Error);
-  RngCtx r = rng_ctx(1, 1, 5, 3);
+  RngCtx r = rng_ctx(1, 1, 5, 3);  // rank 5 of 3
   const auto x = gaussian(1000, 1);
   EXPECT_THROW(compress_bucket(codec, p, x.data(), r), Error);
+  EXPECT_THROW(compress_bucket(codec, p, x.data(), rng_ctx(1, 1, 0, 70000, true)), Error);
+  EXPECT_NO_THROW(compress_bucket(codec, p, x.data(), rng_ctx(1, 1, 0, 70000, false)));
 }
 
 // ---- level search ----------------------------------------------------------------------
