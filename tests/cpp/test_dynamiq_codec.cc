@@ -321,9 +321,10 @@ TEST(DynamiqCodec, FusedEqualsUnfusedBitForBit) {
   for (DType dt : {DType::kF32, DType::kBF16, DType::kF16})
     for (int world : {1, 2, 3, 8, 17})
       for (bool corr : {true, false})
-        for (bool stoch_scales : {false, true}) {
+        for (int variant = 0; variant < 3; ++variant) {
           DynamiqParams prm;
-          prm.stochastic_group_scales = stoch_scales;
+          prm.stochastic_group_scales = variant == 1;
+          prm.fmt.hierarchical = variant != 2;  // 2: flat bf16 group scales
           DynamiqCodec codec(prm);
           const int64_t numel = 256 * 23 + 100;
           const int64_t units = ceil_div<int64_t>(numel, 256);
@@ -624,6 +625,38 @@ TEST(DynamiqKernels, Avx2PhiloxMatchesScalar) {
         for (int j = 0; j < 4; ++j) ASSERT_EQ(w[size_t(k + j * q)], r.v[j]) << "S=" << S << " k=" << k;
       }
     }
+}
+
+}  // namespace
+}  // namespace dynamiq
+
+namespace dynamiq {
+namespace {
+
+using namespace dqtest;
+
+// stochastic = false (ablation): round to the nearest level, deterministic
+// (no dependence on the key), |x^ - x| <= D/2 * sc_k.
+TEST(DynamiqCodec, NearestRoundingIsDeterministicAndWithinHalfAGap) {
+  DynamiqCodec codec;
+  const auto x = gaussian(3000, 8);
+  for (int b : {2, 4, 8}) {
+    Plan p = uniform_plan(3000, b);
+    RngCtx r1 = rng_ctx(1, 1), r2 = rng_ctx(2, 9, 1, 4, true);
+    r1.stochastic = r2.stochastic = false;
+    const auto b1 = compress_bucket(codec, p, x.data(), r1), b2 = compress_bucket(codec, p, x.data(), r2);
+    EXPECT_EQ(b1, b2);
+    const auto d = decode_f32(codec, p, b1);
+    const auto L = paper_levels(b, codec.params().eps[size_t(b == 2 ? 1 : b == 4 ? 2 : 3)], false);
+    double D = 0;
+    for (size_t j = 0; j + 1 < L.size(); ++j) D = std::max(D, L[j + 1] - L[j]);
+    for (size_t g0 = 0; g0 < x.size(); g0 += 16) {
+      const uint8_t* sg = b1.data() + (g0 / 256) * size_t(dynamiq_sg_bytes(b, codec.params().fmt));
+      const double sc = double(float(sg[2 + (g0 % 256) / 16] / 255.0) * bf16_le(sg));
+      for (size_t i = g0; i < std::min(x.size(), g0 + 16); ++i)
+        ASSERT_LE(std::fabs(double(d[i]) - x[i]), D / 2 * sc * (1 + 1e-5) + 1e-30) << "width " << b << " i=" << i;
+    }
+  }
 }
 
 }  // namespace
