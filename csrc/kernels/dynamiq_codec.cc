@@ -213,7 +213,8 @@ namespace {
 
 // Per-call scratch: one super-group's worth of everything (stays in L1/L2).
 struct Work {
-  std::vector<float> tile, gmax, scale_e, inv_e, pi;
+  std::vector<float> tile, gmax, scale_e, inv_e, pi, ginv;
+  std::vector<uint32_t> gr;
   std::vector<uint32_t> words, swords;
   std::vector<uint8_t> codes;
   std::vector<uint32_t> codes32;
@@ -221,7 +222,8 @@ struct Work {
   std::vector<int32_t> j;
   explicit Work(int S, int G)
       : tile(size_t(S)), gmax(size_t(G)), scale_e(size_t(S)), inv_e(size_t(S)), pi(size_t(S)),
-        words(size_t(S)), swords(size_t(S)), codes(size_t(2 * S)), codes32(size_t(S)), a(size_t(S)), p(size_t(S)), j(size_t(S)) {}
+        ginv(size_t(G)), gr(size_t(G)), words(size_t(S)), swords(size_t(S)), codes(size_t(2 * S)),
+        codes32(size_t(S)), a(size_t(S)), p(size_t(S)), j(size_t(S)) {}
 };
 
 #if defined(__AVX2__)
@@ -380,25 +382,39 @@ void encode_sg(const Ctx& cx, const DqRounding& rd, int64_t src, Work& ws, uint8
       const uint16_t hb = bad ? uint16_t(0x7fc0u) : dq_sg_scale_bits(M);
       const float Msg = bf16_to_f32(hb);
       put_bf16(out, hb);
-      uint32_t gw[4] = {0, 0, 0, 0};
-      for (int k = 0; k < G; ++k) {
-        DqGroupScale gs;
-        if (bad) {
-          gs = DqGroupScale{0, 0.0f, 0.0f};
-        } else if (cx.stochastic_scales) {
+      if (bad) {
+        for (int k = 0; k < G; ++k) {
+          out[2 + k] = 0;
+          ws.ginv[size_t(k)] = 0.0f;
+        }
+      } else if (cx.stochastic_scales) {
+        uint32_t gw[4] = {0, 0, 0, 0};
+        for (int k = 0; k < G; ++k) {
           if (k % 4 == 0) {
             const Philox4x32 r =
                 dq_draw(rd.key, uint64_t(src) * uint64_t((G + 3) / 4) + uint64_t(k / 4),
                         kPurposeGroupScale, rd.rank);
             for (int j = 0; j < 4; ++j) gw[j] = r.v[j];
           }
-          gs = dq_group_scale_stochastic(gmax[k], Msg, cx.tb.r255, gw[k % 4]);
-        } else {
-          gs = dq_group_scale_up(gmax[k], Msg, cx.tb.r255);
+          const DqGroupScale gs = dq_group_scale_stochastic(gmax[k], Msg, cx.tb.r255, gw[k % 4]);
+          out[2 + k] = gs.r;
+          ws.ginv[size_t(k)] = gs.inv;
         }
-        out[2 + k] = gs.r;
-        for (int i = 0; i < s; ++i) inv_e[k * s + i] = gs.inv;
+      } else {
+        // one vectorisable loop over the groups (scale codes into a uint32 array
+        // first: byte stores would alias the inputs)
+        uint32_t* __restrict rk = ws.gr.data();
+        float* __restrict ik = ws.ginv.data();
+        const float* __restrict r255 = cx.tb.r255;
+        for (int k = 0; k < G; ++k) {
+          const DqGroupScale gs = dq_group_scale_up(gmax[k], Msg, r255);
+          rk[k] = gs.r;
+          ik[k] = gs.inv;
+        }
+        for (int k = 0; k < G; ++k) out[2 + k] = uint8_t(rk[k]);
       }
+      for (int k = 0; k < G; ++k)
+        for (int i = 0; i < s; ++i) inv_e[k * s + i] = ws.ginv[size_t(k)];
       codes_out = out + 2 + G;
     } else {
       for (int k = 0; k < G; ++k) {
