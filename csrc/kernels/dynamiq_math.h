@@ -190,21 +190,31 @@ DQ_HD DqGroupScale dq_group_scale_stochastic(float g, float Msg, const float* r2
 // most one step from the answer: one fix-up each way, branch-free (the CPU
 // computes the 16 groups of an SG in one vectorised loop).
 DQ_HD DqGroupScale dq_group_scale_up(float g, float Msg, const float* r255) {
-  const bool live = (Msg > 0.0f) & (g > 0.0f);
-  const float Mq = live ? Msg : 1.0f;
+  // g, Msg are finite and >= 0 here (an SG with inf/nan never gets this far),
+  // so every comparison is made on bit patterns as integers: same results as
+  // the float comparisons, and no FP compare for gcc to keep as a branch.
+  const int32_t gb = int32_t(f32_bits(g)), mb = int32_t(f32_bits(Msg));
+  const bool live = (gb > 0) & (mb > 0);
+  // selects on bit patterns before a division: gcc would otherwise turn a
+  // float select feeding a division into a branch (division may trap)
+  const float Mq = bits_f32(mb > 0 ? uint32_t(mb) : 0x3f800000u);
   const float t0 = (g / Mq) * 255.0f;
-  const float t = t0 < 255.0f ? t0 : 255.0f;  // nan -> 255
-  int32_t r = int32_t(t > 0.0f ? t : 0.0f);
-  r += float(r) < t ? 1 : 0;  // ceil
+  const uint32_t tb = f32_bits(t0);
+  const float t = bits_f32(tb < 0x437f0000u ? tb : 0x437f0000u);  // min(t0, 255) on the bits
+  int32_t r = int32_t(t);                                                     // floor (t >= 0)
+  r += int32_t(f32_bits(float(r))) < int32_t(f32_bits(t)) ? 1 : 0;           // ceil
   r = r < 255 ? r : 255;
-  r += ((r < 255) & (r255[r] * Mq < g)) ? 1 : 0;
+  r += ((r < 255) & (int32_t(f32_bits(r255[r] * Mq)) < gb)) ? 1 : 0;
   const int32_t rm = r > 0 ? r - 1 : 0;
-  r -= ((r > 0) & (r255[rm] * Mq >= g)) ? 1 : 0;
+  r -= ((r > 0) & (int32_t(f32_bits(r255[rm] * Mq)) >= gb)) ? 1 : 0;
   r = live ? r : 0;
+  const float sc = r255[r] * Mq;
+  const bool pos = live & (int32_t(f32_bits(sc)) > 0);
+  const float inv = 1.0f / bits_f32(pos ? f32_bits(sc) : 0x3f800000u);
   DqGroupScale o;
   o.r = uint8_t(r);
-  o.sc = live ? r255[r] * Msg : 0.0f;
-  o.inv = o.sc > 0.0f ? 1.0f / o.sc : 0.0f;
+  o.sc = live ? sc : 0.0f;
+  o.inv = pos ? inv : 0.0f;
   return o;
 }
 
