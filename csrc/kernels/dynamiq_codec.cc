@@ -1,0 +1,668 @@
+#include "dynamiq_codec.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "unit_io.h"
+
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
+
+namespace dynamiq {
+
+// ================================================================== tables ====
+
+std::vector<double> DynamiqTables::levels(int width, float eps, bool uniform) {
+  DQ_CHECK(width == 2 || width == 4 || width == 8, "dynamiq levels: width must be 2, 4 or 8");
+  const int m = (1 << (width - 1)) - 1;
+  std::vector<double> L(size_t(m) + 1);
+  const double lc = std::log1p(2.0 * double(eps) * double(eps));  // log(1 + 2 eps^2)
+  for (int r = 0; r <= m; ++r) {
+    if (uniform || eps == 0.0f)
+      L[size_t(r)] = double(r) / double(m);
+    else
+      L[size_t(r)] = std::expm1(double(r) * lc) / std::expm1(double(m) * lc);
+  }
+  L[size_t(m)] = 1.0;
+  return L;
+}
+
+namespace {
+
+constexpr int kWidths[4] = {1, 2, 4, 8};
+
+void validate_params(const DynamiqParams& p) {
+  const DynamiqFormat& f = p.fmt;
+  DQ_CHECK(f.s >= 1 && f.S >= 8 && f.S <= (1 << 16),
+           "dynamiq: super-group size S must be in [8, 65536] and group size s >= 1");
+  DQ_CHECK(f.S % 8 == 0, "dynamiq: super-group size S must be a multiple of 8 (got " +
+                             std::to_string(f.S) + ")");
+  DQ_CHECK(f.S % f.s == 0, "dynamiq: super-group size S (" + std::to_string(f.S) +
+                               ") must be a multiple of the group size s (" +
+                               std::to_string(f.s) + ")");
+  for (float e : p.eps)
+    DQ_CHECK(std::isfinite(e) && e >= 0.0f && e <= 4.0f,
+             "dynamiq: eps must be finite and in [0, 4] (got " + std::to_string(e) + ")");
+}
+
+template <typename T>
+size_t push_array(std::vector<uint8_t>& img, const std::vector<T>& v) {
+  while (img.size() % 16) img.push_back(0);
+  const size_t off = img.size();
+  img.resize(off + v.size() * sizeof(T));
+  if (!v.empty()) std::memcpy(img.data() + off, v.data(), v.size() * sizeof(T));
+  return off;
+}
+
+template <typename T>
+const T* at(const uint8_t* base, const T* off) {
+  return reinterpret_cast<const T*>(base + reinterpret_cast<uintptr_t>(off));
+}
+template <typename T>
+const T* as_off(size_t off) {
+  return reinterpret_cast<const T*>(uintptr_t(off));
+}
+
+}  // namespace
+
+DynamiqTables::DynamiqTables(const DynamiqParams& p) {
+  validate_params(p);
+  for (int wi = 0; wi < 4; ++wi) {
+    const int b = kWidths[wi];
+    DqLevels& lv = offsets_.lv[wi];
+    lv.width = b;
+    std::vector<float> Lf, inv, dec;
+    std::vector<int32_t> cell;
+    if (b == 1) {
+      lv.m = 0;
+      Lf = {0.0f};
+      dec = {-1.0f, 1.0f};
+    } else {
+      const int m = (1 << (b - 1)) - 1;
+      lv.m = m;
+      const std::vector<double> L = levels(b, p.eps[size_t(wi)], p.uniform_levels);
+      for (double v : L) Lf.push_back(float(v));
+      for (int j = 0; j < m; ++j)
+        DQ_CHECK(Lf[size_t(j) + 1] > Lf[size_t(j)],
+                 "dynamiq: eps=" + std::to_string(p.eps[size_t(wi)]) + " for width " +
+                     std::to_string(b) + " gives levels that collapse in float32; use a smaller eps");
+      for (int j = 0; j < m; ++j)
+        inv.push_back(float(1.0 / (double(Lf[size_t(j) + 1]) - double(Lf[size_t(j)]))));
+      for (int c = 0; c < (1 << b); ++c) {
+        const int idx = c & m;
+        dec.push_back((c >> (b - 1)) ? -Lf[size_t(idx)] : Lf[size_t(idx)]);
+      }
+      // Bracket search cells (used by width 8; built for every width >= 2).
+      // Below 2^E <= level[1] the bracket is 0; above, cells of 2^-mb relative
+      // width; pick the coarsest mb with at most one level per cell.
+      int e = 0;
+      while (std::ldexp(1.0, e - 1) >= double(Lf[1])) --e;  // 2^(e-1) < level[1] ... 2^e
+      while (std::ldexp(1.0, e) > double(Lf[1])) --e;       // largest 2^e <= level[1]
+      const uint32_t base = f32_bits(float(std::ldexp(1.0, e)));
+      const uint32_t one = f32_bits(1.0f);
+      int chosen_mb = -1, chosen_fix = 0;
+      for (int mb = 3; mb <= 16; ++mb) {
+        const int shift = 23 - mb;
+        const uint32_t nc = ((one - base) >> shift) + 1;
+        if (nc > (1u << 17)) break;
+        int fix = 0;
+        size_t j = 1;  // next level to place
+        for (uint32_t c = 0; c < nc; ++c) {
+          const float lo = bits_f32(base + (c << shift));
+          const float hi = bits_f32(base + (c << shift) + ((1u << shift) - 1u));
+          while (j < size_t(m) && Lf[j] <= lo) ++j;
+          int cnt = 0;
+          for (size_t k = j; k < size_t(m) && Lf[k] <= hi; ++k) ++cnt;
+          fix = std::max(fix, cnt);
+        }
+        chosen_mb = mb;
+        chosen_fix = fix;
+        if (fix <= 1) break;
+      }
+      DQ_CHECK(chosen_mb > 0, "dynamiq: cannot build the level search table");
+      lv.cell_shift = 23 - chosen_mb;
+      lv.cell_base = base;
+      lv.ncells = int32_t(((one - base) >> lv.cell_shift) + 1);
+      DQ_CHECK(chosen_fix <= 1, "dynamiq: levels too dense for the bracket search table");
+      cell.resize(size_t(lv.ncells));
+      for (int32_t c = 0; c < lv.ncells; ++c) {
+        const float lo = bits_f32(base + (uint32_t(c) << lv.cell_shift));
+        int j = 0;
+        while (j + 1 < m && Lf[size_t(j) + 1] <= lo) ++j;
+        cell[size_t(c)] = j;
+      }
+    }
+    lv.level = as_off<float>(push_array(image_, Lf));
+    lv.invgap = as_off<float>(push_array(image_, inv));
+    lv.decode = as_off<float>(push_array(image_, dec));
+    lv.cell = as_off<int32_t>(push_array(image_, cell));
+  }
+  std::vector<float> r255(256);
+  for (int r = 0; r < 256; ++r) r255[size_t(r)] = float(double(r) / 255.0);
+  offsets_.r255 = as_off<float>(push_array(image_, r255));
+  view_ = rebased(image_.data());
+}
+
+DqTables DynamiqTables::rebased(const uint8_t* base) const {
+  DqTables t = offsets_;
+  for (auto& lv : t.lv) {
+    lv.level = at(base, lv.level);
+    lv.invgap = at(base, lv.invgap);
+    lv.decode = at(base, lv.decode);
+    lv.cell = at(base, lv.cell);
+  }
+  t.r255 = at(base, t.r255);
+  return t;
+}
+
+// =========================================================== plan helpers ====
+
+void dynamiq_fill_wire_offsets(Plan& plan, const DynamiqFormat& fmt) {
+  DQ_CHECK(plan.bits.size() == size_t(plan.num_units), "dynamiq plan: bits has the wrong size");
+  DQ_CHECK(plan.order.empty() || plan.order.size() == size_t(plan.num_units),
+           "dynamiq plan: order has the wrong size");
+  plan.wire_offset.assign(size_t(plan.num_units) + 1, 0);
+  for (int64_t w = 0; w < plan.num_units; ++w) {
+    const int64_t src = plan.src_unit(w);
+    DQ_CHECK(src >= 0 && src < plan.num_units, "dynamiq plan: order entry out of range");
+    const int b = plan.bits[size_t(src)];
+    DQ_CHECK(dynamiq_width_index(b) >= 0, "dynamiq plan: width " + std::to_string(b) +
+                                              " is not one of 1, 2, 4, 8, 16");
+    plan.wire_offset[size_t(w) + 1] = plan.wire_offset[size_t(w)] + dynamiq_sg_bytes(b, fmt);
+  }
+}
+
+Plan make_dynamiq_plan(DType dtype, int64_t numel, const DynamiqFormat& fmt,
+                       std::vector<uint8_t> bits, std::vector<int32_t> order,
+                       std::vector<float> bias, int num_chunks) {
+  DQ_CHECK(num_chunks >= 1, "dynamiq plan: num_chunks must be >= 1");
+  Plan p;
+  p.dtype = dtype;
+  p.numel = numel;
+  p.unit = fmt.S;
+  p.num_units = ceil_div<int64_t>(numel, fmt.S);
+  p.bits = std::move(bits);
+  p.order = std::move(order);
+  p.bias = std::move(bias);
+  DQ_CHECK(p.bias.empty() || p.bias.size() == size_t(p.num_units), "dynamiq plan: bias has the wrong size");
+  dynamiq_fill_wire_offsets(p, fmt);
+  p.chunk_begin.resize(size_t(num_chunks) + 1);
+  for (int c = 0; c <= num_chunks; ++c) p.chunk_begin[size_t(c)] = p.num_units * c / num_chunks;
+  return p;
+}
+
+DqRounding make_dynamiq_rounding(const RngCtx& rng) {
+  DQ_CHECK(rng.world >= 1 && rng.rank >= 0 && rng.rank < rng.world,
+           "dynamiq: rank " + std::to_string(rng.rank) + " out of range for world " +
+               std::to_string(rng.world));
+  PermParams perm;
+  const bool corr = rng.correlated && rng.stochastic && rng.world > 1;
+  // gamma keeps 24 - ceil(log2 n) bits: at least 8 for n <= 2^16
+  DQ_CHECK(!corr || rng.world <= (1 << 16),
+           "dynamiq: correlated rounding supports at most 65536 ranks (got " +
+               std::to_string(rng.world) + "); use rounding=\"independent\"");
+  if (corr) perm = make_perm_params(rng.world, rng.rank);
+  return make_rounding(rng.key, rng.rank, rng.world, rng.correlated, rng.stochastic, perm);
+}
+
+// ============================================================ CPU kernels ====
+
+namespace {
+
+// Per-call scratch: one super-group's worth of everything (stays in L1/L2).
+struct Work {
+  std::vector<float> tile, gmax, scale_e, inv_e, pi, ginv;
+  std::vector<uint32_t> gr;
+  std::vector<uint32_t> words, swords;
+  std::vector<uint8_t> codes;
+  std::vector<uint32_t> codes32;
+  std::vector<float> a, p;
+  std::vector<int32_t> j;
+  explicit Work(int S, int G)
+      : tile(size_t(S)), gmax(size_t(G)), scale_e(size_t(S)), inv_e(size_t(S)), pi(size_t(S)),
+        ginv(size_t(G)), gr(size_t(G)), words(size_t(S)), swords(size_t(S)), codes(size_t(2 * S)),
+        codes32(size_t(S)), a(size_t(S)), p(size_t(S)), j(size_t(S)) {}
+};
+
+#if defined(__AVX2__)
+// Philox4x32-10 for 32 consecutive counters at once: 8 lanes per AVX2 register,
+// 4 independent registers interleaved so the multiply latency is hidden
+// (gcc's auto-vectorisation of the scalar loop runs 4x slower). Bit-identical
+// to philox4x32_10 (tested: DynamiqKernels.Avx2PhiloxMatchesScalar).
+inline void philox_x32_avx2(uint32_t lo, uint32_t c1, uint32_t c2, uint32_t hi, uint32_t k0,
+                            uint32_t k1, int q, uint32_t* __restrict w) {
+  constexpr int NB = 4;
+  const __m256i M0 = _mm256_set1_epi64x(0xD2511F53u), M1 = _mm256_set1_epi64x(0xCD9E8D57u);
+  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  for (int k8 = 0; k8 < q; k8 += 8 * NB) {
+    __m256i a0[NB], a1[NB], a2[NB], a3[NB];
+    for (int b = 0; b < NB; ++b) {
+      a0[b] = _mm256_add_epi32(_mm256_set1_epi32(int(lo + uint32_t(k8 + 8 * b))), lane);
+      a1[b] = _mm256_set1_epi32(int(c1));
+      a2[b] = _mm256_set1_epi32(int(c2));
+      a3[b] = _mm256_set1_epi32(int(hi));
+    }
+    uint32_t kk0 = k0, kk1 = k1;
+    for (int r = 0; r < 10; ++r) {
+      const __m256i K0 = _mm256_set1_epi32(int(kk0)), K1 = _mm256_set1_epi32(int(kk1));
+      for (int b = 0; b < NB; ++b) {
+        const __m256i pe0 = _mm256_mul_epu32(a0[b], M0);
+        const __m256i po0 = _mm256_mul_epu32(_mm256_srli_epi64(a0[b], 32), M0);
+        const __m256i pe1 = _mm256_mul_epu32(a2[b], M1);
+        const __m256i po1 = _mm256_mul_epu32(_mm256_srli_epi64(a2[b], 32), M1);
+        const __m256i hi0 = _mm256_blend_epi32(_mm256_srli_epi64(pe0, 32), po0, 0xAA);
+        const __m256i lo0 = _mm256_blend_epi32(pe0, _mm256_slli_epi64(po0, 32), 0xAA);
+        const __m256i hi1 = _mm256_blend_epi32(_mm256_srli_epi64(pe1, 32), po1, 0xAA);
+        const __m256i lo1 = _mm256_blend_epi32(pe1, _mm256_slli_epi64(po1, 32), 0xAA);
+        a0[b] = _mm256_xor_si256(_mm256_xor_si256(hi1, a1[b]), K0);
+        a2[b] = _mm256_xor_si256(_mm256_xor_si256(hi0, a3[b]), K1);
+        a1[b] = lo1;
+        a3[b] = lo0;
+      }
+      kk0 += 0x9E3779B9u;
+      kk1 += 0xBB67AE85u;
+    }
+    for (int b = 0; b < NB; ++b) {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(w + k8 + 8 * b), a0[b]);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(w + k8 + 8 * b + q), a1[b]);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(w + k8 + 8 * b + 2 * q), a2[b]);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(w + k8 + 8 * b + 3 * q), a3[b]);
+    }
+  }
+}
+#endif
+
+// words[k + j*(S/4)] = word j of call base + k, k < S/4.
+inline void fill_words(const RngKey& key, uint64_t base, uint32_t purpose, uint32_t who, int S,
+                       uint32_t* __restrict words) {
+  const int q = S / 4;
+  const uint32_t hi = uint32_t(base >> 32);
+  const uint32_t lo = uint32_t(base);
+  const bool no_wrap = uint64_t(lo) + uint64_t(q) <= (uint64_t(1) << 32);
+#if defined(__AVX2__)
+  if (no_wrap && q % 32 == 0) {
+    philox_x32_avx2(lo, purpose, who, hi, key.k0, key.k1, q, words);
+    return;
+  }
+#endif
+  for (int k = 0; k < q; ++k) {
+    const Philox4x32 r = no_wrap ? philox4x32_10(lo + uint32_t(k), purpose, who, hi, key.k0, key.k1)
+                                 : dq_draw(key, base + uint64_t(k), purpose, who);
+    words[k] = r.v[0];
+    words[k + q] = r.v[1];
+    words[k + 2 * q] = r.v[2];
+    words[k + 3 * q] = r.v[3];
+  }
+}
+
+inline void put_bf16(uint8_t* p, uint16_t h) {
+  p[0] = uint8_t(h);
+  p[1] = uint8_t(h >> 8);
+}
+
+struct Ctx {
+  const DynamiqFormat& f;
+  const DqTables& tb;
+  bool stochastic_scales;
+};
+
+// Strata of this rank for the S elements of SG src (0 when not correlated).
+// One loop per permutation kind, so each is a simple vectorisable loop.
+void fill_strata(const DqRounding& rd, int64_t src, int S, uint32_t* __restrict sw,
+                 float* __restrict pi) {
+  if (!rd.correlated) {
+    for (int i = 0; i < S; ++i) pi[i] = 0.0f;
+    return;
+  }
+  fill_words(rd.key, uint64_t(src) * uint64_t(S / 4), kPurposePermutation, 0, S, sw);
+  const PermParams pp = rd.perm;
+  if (pp.n == 2) {
+    const uint32_t r = pp.rank;
+    for (int i = 0; i < S; ++i) pi[i] = float(r ^ (sw[i] >> 31));
+  } else if (pp.n <= uint32_t(kPermTableMaxN)) {
+    const int32_t* __restrict col = pp.column;
+    const uint32_t nf = pp.nfact;
+    for (int i = 0; i < S; ++i) pi[i] = float(col[int32_t(perm_mulhi(sw[i], nf))]);
+  } else {
+    const uint32_t n = pp.n, rank = pp.rank;
+    if (n <= 32u)
+      for (int i = 0; i < S; ++i) pi[i] = float(int32_t(perm_swap_or_not_t<true>(n, rank, sw[i])));
+    else
+      for (int i = 0; i < S; ++i) pi[i] = float(int32_t(perm_swap_or_not_t<false>(n, rank, sw[i])));
+  }
+}
+
+// Table passes as functions taking the levels by value: gcc then keeps the
+// table pointers in registers and vectorises the gathers (a struct copied in
+// the caller stays in memory and blocks it).
+template <int B>
+__attribute__((noinline)) void pass_bracket(const DqLevels lv, const float* __restrict a,
+                                            int32_t* __restrict j, int S) {
+  for (int i = 0; i < S; ++i) j[i] = dq_bracket<B>(lv, a[i]);
+}
+
+__attribute__((noinline)) void pass_frac(const DqLevels lv, const float* __restrict a,
+                                         const int32_t* __restrict j, float* __restrict p, int S) {
+  for (int i = 0; i < S; ++i) p[i] = dq_frac(lv, a[i], j[i]);
+}
+
+// ---- encode one SG of width B from ws.tile into out -------------------------------
+template <int B>
+void encode_sg(const Ctx& cx, const DqRounding& rd, int64_t src, Work& ws, uint8_t* out) {
+  const int S = cx.f.S, s = cx.f.s, G = S / s;
+  const float* __restrict t = ws.tile.data();
+  if constexpr (B == 16) {
+    uint16_t* __restrict h = reinterpret_cast<uint16_t*>(ws.codes.data());
+    for (int i = 0; i < S; ++i) h[i] = f32_to_bf16(t[i]);
+    std::memcpy(out, h, size_t(2 * S));  // little-endian host
+    return;
+  } else {
+    // Group maxima on the bit patterns of |t| (same order as the floats for
+    // non-nan values; any nan or inf makes the max >= 0x7f800000).
+    const uint32_t* __restrict tb = reinterpret_cast<const uint32_t*>(t);
+    float* __restrict gmax = ws.gmax.data();
+    uint32_t mbits = 0;
+    for (int k = 0; k < G; ++k) {
+      uint32_t m = 0;
+      for (int i = 0; i < s; ++i) {
+        const uint32_t v = tb[k * s + i] & 0x7fffffffu;
+        m = v > m ? v : m;
+      }
+      gmax[k] = bits_f32(m);
+      mbits = m > mbits ? m : mbits;
+    }
+    const bool bad = mbits >= 0x7f800000u;
+    const float M = bits_f32(mbits);
+    // scales
+    float* __restrict inv_e = ws.inv_e.data();
+    uint8_t* codes_out;
+    if (cx.f.hierarchical) {
+      const uint16_t hb = bad ? uint16_t(0x7fc0u) : dq_sg_scale_bits(M);
+      const float Msg = bf16_to_f32(hb);
+      put_bf16(out, hb);
+      if (bad) {
+        for (int k = 0; k < G; ++k) {
+          out[2 + k] = 0;
+          ws.ginv[size_t(k)] = 0.0f;
+        }
+      } else if (cx.stochastic_scales) {
+        uint32_t gw[4] = {0, 0, 0, 0};
+        for (int k = 0; k < G; ++k) {
+          if (k % 4 == 0) {
+            const Philox4x32 r =
+                dq_draw(rd.key, uint64_t(src) * uint64_t((G + 3) / 4) + uint64_t(k / 4),
+                        kPurposeGroupScale, rd.rank);
+            for (int j = 0; j < 4; ++j) gw[j] = r.v[j];
+          }
+          const DqGroupScale gs = dq_group_scale_stochastic(gmax[k], Msg, cx.tb.r255, gw[k % 4]);
+          out[2 + k] = gs.r;
+          ws.ginv[size_t(k)] = gs.inv;
+        }
+      } else {
+        // one vectorisable loop over the groups (scale codes into a uint32 array
+        // first: byte stores would alias the inputs)
+        uint32_t* __restrict rk = ws.gr.data();
+        float* __restrict ik = ws.ginv.data();
+        const float* __restrict r255 = cx.tb.r255;
+        for (int k = 0; k < G; ++k) {
+          const DqGroupScale gs = dq_group_scale_up(gmax[k], Msg, r255);
+          rk[k] = gs.r;
+          ik[k] = gs.inv;
+        }
+        for (int k = 0; k < G; ++k) out[2 + k] = uint8_t(rk[k]);
+      }
+      for (int k = 0; k < G; ++k)
+        for (int i = 0; i < s; ++i) inv_e[k * s + i] = ws.ginv[size_t(k)];
+      codes_out = out + 2 + G;
+    } else {
+      for (int k = 0; k < G; ++k) {
+        uint16_t hb;
+        DqGroupScale gs = dq_group_scale_flat(gmax[k], hb);
+        if (bad) {
+          hb = 0x7fc0u;
+          gs.inv = 0.0f;
+        }
+        put_bf16(out + 2 * k, hb);
+        for (int i = 0; i < s; ++i) inv_e[k * s + i] = gs.inv;
+      }
+      codes_out = out + 2 * G;
+    }
+    // random words: private (value rounding) and shared (strata)
+    uint32_t* __restrict w = ws.words.data();
+    float* __restrict pi = ws.pi.data();
+    if (rd.stochastic) {
+      fill_words(rd.key, uint64_t(src) * uint64_t(S / 4), kPurposeValue, rd.rank, S, w);
+    } else {
+      for (int i = 0; i < S; ++i) w[i] = 0;
+    }
+    fill_strata(rd, src, S, ws.swords.data(), pi);
+    // codes: the steps of dq_encode_value as separate passes (each vectorises)
+    uint32_t* __restrict c = ws.codes32.data();
+    const DqLevels lv = cx.tb.lv[dynamiq_width_index(B)];
+    const DqRounding r = rd;
+    if constexpr (B == 1) {
+      for (int i = 0; i < S; ++i) c[i] = dq_encode_sign(t[i], inv_e[i], pi[i], w[i], r);
+    } else {
+      float* __restrict a = ws.a.data();
+      float* __restrict pr = ws.p.data();
+      int32_t* __restrict jj = ws.j.data();
+      for (int i = 0; i < S; ++i) a[i] = dq_normalise(t[i], inv_e[i]);
+      if constexpr (B == 2) {
+        // levels {0, 1}: bracket 0 and dq_frac(a, 0) = (a - 0) * 1 = a exactly
+        for (int i = 0; i < S; ++i) {
+          jj[i] = 0;
+          pr[i] = a[i];
+        }
+      } else {
+        pass_bracket<B>(lv, a, jj, S);
+        pass_frac(lv, a, jj, pr, S);
+      }
+      for (int i = 0; i < S; ++i) {
+        const uint32_t neg = dq_sign(t[i]);
+        c[i] = dq_code<B>(neg, jj[i], dq_round_up(pr[i], pi[i], w[i], neg, r));
+      }
+    }
+    // planar packing
+    constexpr int P = 8 / B;
+    const int nb = S / P;
+    uint8_t* __restrict o = codes_out;
+    for (int k = 0; k < nb; ++k) {
+      uint32_t byte = 0;
+      for (int j = 0; j < P; ++j) byte |= c[k + j * nb] << (j * B);
+      o[k] = uint8_t(byte);
+    }
+  }
+}
+
+// ---- decode one SG of width B into tile (tile = base + value when base) ----------
+template <int B>
+void decode_sg(const Ctx& cx, const uint8_t* in, const float* __restrict base, Work& ws,
+               float* __restrict tile) {
+  const int S = cx.f.S, s = cx.f.s, G = S / s;
+  if constexpr (B == 16) {
+    for (int i = 0; i < S; ++i) {
+      const float v = bf16_to_f32(uint16_t(in[2 * i] | (uint16_t(in[2 * i + 1]) << 8)));
+      tile[i] = base ? base[i] + v : v;
+    }
+    return;
+  } else {
+    float* __restrict sc = ws.scale_e.data();
+    const uint8_t* codes;
+    if (cx.f.hierarchical) {
+      const float Msg = bf16_to_f32(uint16_t(in[0] | (uint16_t(in[1]) << 8)));
+      for (int k = 0; k < G; ++k) {
+        const float v = cx.tb.r255[in[2 + k]] * Msg;
+        for (int i = 0; i < s; ++i) sc[k * s + i] = v;
+      }
+      codes = in + 2 + G;
+    } else {
+      for (int k = 0; k < G; ++k) {
+        const float v = bf16_to_f32(uint16_t(in[2 * k] | (uint16_t(in[2 * k + 1]) << 8)));
+        for (int i = 0; i < s; ++i) sc[k * s + i] = v;
+      }
+      codes = in + 2 * G;
+    }
+    const float* __restrict dec = cx.tb.lv[dynamiq_width_index(B)].decode;
+    constexpr int P = 8 / B;
+    constexpr uint32_t mask = (1u << B) - 1u;
+    const int nb = S / P;
+    for (int j = 0; j < P; ++j) {
+      float* __restrict tj = tile + j * nb;
+      const float* __restrict sj = sc + j * nb;
+      if (base) {
+        const float* __restrict bj = base + j * nb;
+        for (int k = 0; k < nb; ++k)
+          tj[k] = std::fma(dec[(uint32_t(codes[k]) >> (j * B)) & mask], sj[k], bj[k]);
+      } else {
+        for (int k = 0; k < nb; ++k) tj[k] = dec[(uint32_t(codes[k]) >> (j * B)) & mask] * sj[k];
+      }
+    }
+  }
+}
+
+// Runtime width -> compile-time B.
+template <typename F>
+inline void dispatch_width(int b, F&& f) {
+  switch (b) {
+    case 1: f(std::integral_constant<int, 1>()); return;
+    case 2: f(std::integral_constant<int, 2>()); return;
+    case 4: f(std::integral_constant<int, 4>()); return;
+    case 8: f(std::integral_constant<int, 8>()); return;
+    case 16: f(std::integral_constant<int, 16>()); return;
+  }
+  throw Error("dynamiq: width " + std::to_string(b) + " is not one of 1, 2, 4, 8, 16");
+}
+
+inline void zero_padding(const Plan& plan, int64_t src, float* tile) {
+  const int64_t cnt = plan.unit_elem_count(src);
+  for (int64_t i = cnt; i < plan.unit; ++i) tile[i] = 0.0f;
+}
+
+}  // namespace
+
+// ================================================================ codec ====
+
+DynamiqCodec::DynamiqCodec(const DynamiqParams& p) : p_(p), tables_(p) {}
+
+size_t DynamiqCodec::check_block(const Plan& plan, const Block& b) const {
+  const DynamiqFormat& f = p_.fmt;
+  DQ_CHECK(plan.unit == f.S, "dynamiq codec: plan.unit (" + std::to_string(plan.unit) +
+                                 ") differs from the super-group size S (" + std::to_string(f.S) +
+                                 ")");
+  DQ_CHECK(plan.num_units == ceil_div<int64_t>(plan.numel, plan.unit),
+           "dynamiq codec: plan.num_units inconsistent with numel");
+  DQ_CHECK(plan.bits.size() == size_t(plan.num_units), "dynamiq codec: plan.bits has the wrong size");
+  DQ_CHECK(plan.order.empty() || plan.order.size() == size_t(plan.num_units),
+           "dynamiq codec: plan.order has the wrong size");
+  DQ_CHECK(plan.wire_offset.size() == size_t(plan.num_units) + 1,
+           "dynamiq codec: plan.wire_offset has the wrong size");
+  DQ_CHECK(b.w0 >= 0 && b.w0 <= b.w1 && b.w1 <= plan.num_units, "dynamiq codec: block out of range");
+  int64_t bytes = 0;
+  for (int64_t w = b.w0; w < b.w1; ++w) {
+    const int64_t src = plan.src_unit(w);
+    DQ_CHECK(src >= 0 && src < plan.num_units, "dynamiq codec: plan.order entry out of range");
+    const int bits = plan.bits[size_t(src)];
+    DQ_CHECK(dynamiq_width_index(bits) >= 0,
+             "dynamiq codec: width " + std::to_string(bits) + " is not one of 1, 2, 4, 8, 16");
+    const int64_t sg = dynamiq_sg_bytes(bits, f);
+    DQ_CHECK(plan.wire_offset[size_t(w) + 1] - plan.wire_offset[size_t(w)] == sg,
+             "dynamiq codec: plan.wire_offset disagrees with plan.bits at wire position " +
+                 std::to_string(w) + " (fill it with dynamiq_fill_wire_offsets)");
+    bytes += sg;
+  }
+  return size_t(bytes);
+}
+
+size_t DynamiqCodec::static_bytes(const Plan& plan, const Block& b) const {
+  return check_block(plan, b);
+}
+
+size_t DynamiqCodec::compress(const Local& x, const Plan& plan, const Block& b, const RngCtx& rng,
+                              uint8_t* out) const {
+  const size_t bytes = check_block(plan, b);
+  const DqRounding rd = make_dynamiq_rounding(rng);
+  const Ctx cx{p_.fmt, tables_.view(), p_.stochastic_group_scales};
+  Work ws(p_.fmt.S, p_.fmt.S / p_.fmt.s);
+  uint8_t* o = out;
+  for (int64_t w = b.w0; w < b.w1; ++w) {
+    const int64_t src = plan.src_unit(w);
+    load_unit(x, plan, w, ws.tile.data());
+    const int bits = plan.bits[size_t(src)];
+    dispatch_width(bits, [&](auto B) { encode_sg<decltype(B)::value>(cx, rd, src, ws, o); });
+    o += dynamiq_sg_bytes(bits, p_.fmt);
+  }
+  return bytes;
+}
+
+void DynamiqCodec::decompress(const uint8_t* in, size_t in_bytes, const Plan& plan,
+                              const Block& b, const Output& y) const {
+  check_message_size(in_bytes, check_block(plan, b), "dynamiq");
+  const Ctx cx{p_.fmt, tables_.view(), p_.stochastic_group_scales};
+  Work ws(p_.fmt.S, p_.fmt.S / p_.fmt.s);
+  const uint8_t* p = in;
+  for (int64_t w = b.w0; w < b.w1; ++w) {
+    const int bits = plan.bits[size_t(plan.src_unit(w))];
+    dispatch_width(bits,
+                   [&](auto B) { decode_sg<decltype(B)::value>(cx, p, nullptr, ws, ws.tile.data()); });
+    store_unit(y, plan, w, ws.tile.data());
+    p += dynamiq_sg_bytes(bits, p_.fmt);
+  }
+}
+
+void DynamiqCodec::decompress_accumulate(const uint8_t* in, size_t in_bytes, const Local& x,
+                                         const Plan& plan, const Block& b, float* acc) const {
+  check_message_size(in_bytes, check_block(plan, b), "dynamiq");
+  const Ctx cx{p_.fmt, tables_.view(), p_.stochastic_group_scales};
+  Work ws(p_.fmt.S, p_.fmt.S / p_.fmt.s);
+  const int64_t U = plan.unit;
+  const uint8_t* p = in;
+  for (int64_t w = b.w0; w < b.w1; ++w) {
+    const int64_t src = plan.src_unit(w);
+    const int bits = plan.bits[size_t(src)];
+    load_unit(x, plan, w, ws.tile.data());
+    float* dst = acc + (w - b.w0) * U;
+    dispatch_width(bits,
+                   [&](auto B) { decode_sg<decltype(B)::value>(cx, p, ws.tile.data(), ws, dst); });
+    zero_padding(plan, src, dst);
+    p += dynamiq_sg_bytes(bits, p_.fmt);
+  }
+}
+
+size_t DynamiqCodec::decompress_accumulate_recompress(const uint8_t* in, size_t in_bytes,
+                                                      const Local& x, const Plan& plan,
+                                                      const Block& b, const RngCtx& rng,
+                                                      uint8_t* out) const {
+  const size_t bytes = check_block(plan, b);
+  check_message_size(in_bytes, bytes, "dynamiq");
+  const DqRounding rd = make_dynamiq_rounding(rng);
+  const Ctx cx{p_.fmt, tables_.view(), p_.stochastic_group_scales};
+  Work ws(p_.fmt.S, p_.fmt.S / p_.fmt.s);
+  std::vector<float> local(size_t(p_.fmt.S));
+  const uint8_t* p = in;
+  uint8_t* o = out;
+  for (int64_t w = b.w0; w < b.w1; ++w) {
+    const int64_t src = plan.src_unit(w);
+    const int bits = plan.bits[size_t(src)];
+    const int64_t sg = dynamiq_sg_bytes(bits, p_.fmt);
+    load_unit(x, plan, w, local.data());
+    dispatch_width(bits, [&](auto B) {
+      constexpr int BB = decltype(B)::value;
+      decode_sg<BB>(cx, p, local.data(), ws, ws.tile.data());
+      zero_padding(plan, src, ws.tile.data());
+      encode_sg<BB>(cx, rd, src, ws, o);
+    });
+    p += sg;
+    o += sg;
+  }
+  return bytes;
+}
+
+void dynamiq_fill_words(const RngKey& key, uint64_t call0, uint32_t purpose, uint32_t who, int S,
+                        uint32_t* words) {
+  DQ_CHECK(S % 4 == 0, "dynamiq_fill_words: S must be a multiple of 4");
+  fill_words(key, call0, purpose, who, S, words);
+}
+
+}  // namespace dynamiq

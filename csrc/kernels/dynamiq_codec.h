@@ -1,0 +1,127 @@
+// The DynamiQ codec (paper section 3.3): super-groups of S values, each with
+// its own width b in {1, 2, 4, 8, 16} chosen by the allocator, groups of s
+// values with uint8 scales under a bf16 super-group scale, non-uniform
+// levels, stochastic rounding that is unbiased, correlated across ranks.
+// The math is in dynamiq_math.h; this file holds the CPU loops.
+//
+// WIRE FORMAT of a block [w0, w1) of wire positions: the super-groups in wire
+// order, back to back, no header and no padding between them. SG at wire
+// position w starts at byte plan.wire_offset[w] - plan.wire_offset[w0] and is
+// dynamiq_sg_bytes(b, fmt) long (dynamiq_format.h), b = plan.bits[order[w]]:
+//
+//   b in {1,2,4,8}, hierarchical scales (default):
+//     [0, 2)          SG scale Msg, bf16 little-endian (max |value| rounded up)
+//     [2, 2+G)        G = S/s group scales r_k, uint8: group k's scale is
+//                     float(r_k/255) * Msg
+//     [2+G, 2+G+S*b/8) codes, planar: with nb = S*b/8, byte k holds the codes
+//                     of elements k, k+nb, k+2nb, ... in bits [0,b), [b,2b), ...
+//   b in {1,2,4,8}, flat scales (ablation):
+//     [0, 2G)         G group scales, bf16 little-endian (group max rounded up)
+//     [2G, 2G+S*b/8)  codes as above
+//   code of an element: b >= 2: sign bit (bit b-1, 1 = negative) and index idx
+//     in [0, 2^(b-1)) into the levels: value = +-level[idx] * scale;
+//     b = 1: 1 = +scale, 0 = -scale.
+//   b = 16: [0, 2S) the S values as bf16 little-endian (round to nearest even:
+//     NOT unbiased; 16 is meant for the largest super-groups only).
+// Elements are the source SG's values minus plan.bias[src], the padding of a
+// partial last SG is zero. An SG holding inf or nan is sent with Msg (flat:
+// every group scale) = bf16 nan, so it decodes to nan: non-finite partial sums
+// stay non-finite. Every bit pattern of the right size is a valid message, so
+// decoders check only the size (check_message_size).
+//
+// RANDOMNESS (philox.h, key = RngCtx.key from (seed, collective sequence)):
+// element i of source SG src rounds with word i / (S/4) of the Philox call
+// with counter (src*S/4 + i%(S/4), kPurposeValue, rank, 0); its shared
+// permutation word (correlated rounding) is the same word with purpose
+// kPurposePermutation and rank word 0; stochastic group scale k (when enabled)
+// uses word k%4 of counter (src*ceil(G/4) + k/4, kPurposeGroupScale, rank, 0).
+// A rank compresses each coordinate at most once per collective, so every
+// draw is used once.
+#pragma once
+
+#include <array>
+#include <memory>
+#include <vector>
+
+#include "codec.h"
+#include "dynamiq_format.h"
+#include "dynamiq_math.h"
+
+namespace dynamiq {
+
+// Default eps per width (1, 2, 4, 8), chosen by experiments/dynamiq_eps.cc
+// (experiments/results/dynamiq_eps.md). Widths 1 and 2 have no interior levels.
+constexpr std::array<float, 4> kDynamiqDefaultEps{{0.0f, 0.0f, 0.30f, 0.06f}};
+
+struct DynamiqParams {
+  DynamiqFormat fmt;
+  std::array<float, 4> eps = kDynamiqDefaultEps;
+  bool uniform_levels = false;          // ablation: eps -> 0 (levels r/m)
+  bool stochastic_group_scales = false; // true: paper's stochastic uint8 scales; false: round up
+};
+
+// Host storage of the tables of a parameter set (levels, bracket search,
+// decode, r/255). view() points into this object.
+class DynamiqTables {
+ public:
+  explicit DynamiqTables(const DynamiqParams& p);
+  const DqTables& view() const { return view_; }
+  // The levels of width b in double precision, as the formula gives them
+  // (before rounding to float); for tests and experiments.
+  static std::vector<double> levels(int width, float eps, bool uniform);
+  // Contiguous byte image of all tables and the offsets of each array in it,
+  // so a device copy can rebase the pointers (see cuda/dynamiq_kernels.h).
+  const std::vector<uint8_t>& image() const { return image_; }
+  DqTables rebased(const uint8_t* base) const;
+
+ private:
+  std::vector<uint8_t> image_;
+  DqTables offsets_;  // pointers hold byte offsets into image_
+  DqTables view_;
+};
+
+class DynamiqCodec final : public Codec {
+ public:
+  explicit DynamiqCodec(const DynamiqParams& p = DynamiqParams());
+  std::string name() const override { return "dynamiq"; }
+  const DynamiqParams& params() const { return p_; }
+  const DynamiqTables& tables() const { return tables_; }
+
+  size_t static_bytes(const Plan& plan, const Block& b) const override;
+  size_t compress(const Local& x, const Plan& plan, const Block& b, const RngCtx& rng,
+                  uint8_t* out) const override;
+  void decompress(const uint8_t* in, size_t in_bytes, const Plan& plan, const Block& b,
+                  const Output& y) const override;
+  void decompress_accumulate(const uint8_t* in, size_t in_bytes, const Local& x, const Plan& plan,
+                             const Block& b, float* acc) const override;
+  size_t decompress_accumulate_recompress(const uint8_t* in, size_t in_bytes, const Local& x,
+                                          const Plan& plan, const Block& b, const RngCtx& rng,
+                                          uint8_t* out) const override;
+
+ private:
+  // Checks the plan against the format for block b; returns the block's bytes.
+  size_t check_block(const Plan& plan, const Block& b) const;
+  DynamiqParams p_;
+  DynamiqTables tables_;
+};
+
+// The rounding context of a compression call (builds the permutation table
+// column when the world needs one).
+DqRounding make_dynamiq_rounding(const RngCtx& rng);
+
+// The CPU kernels' random words of one SG (AVX2 Philox when compiled for it):
+// words[k + j*(S/4)] = word j of Philox call call0 + k. For tests.
+void dynamiq_fill_words(const RngKey& key, uint64_t call0, uint32_t purpose, uint32_t who, int S,
+                        uint32_t* words);
+
+// Fills plan.wire_offset from plan.bits and plan.order (wire order).
+void dynamiq_fill_wire_offsets(Plan& plan, const DynamiqFormat& fmt);
+
+// A plan for tests and benchmarks: S-element units, the given width per
+// source SG, `order` (empty: identity), bias (empty: none), `num_chunks`
+// chunks of nearly equal unit count, wire offsets filled.
+Plan make_dynamiq_plan(DType dtype, int64_t numel, const DynamiqFormat& fmt,
+                       std::vector<uint8_t> bits, std::vector<int32_t> order,
+                       std::vector<float> bias, int num_chunks);
+
+}  // namespace dynamiq

@@ -1,0 +1,182 @@
+// Throughput of the DynamiQ CPU kernels on one core, in GB/s of *input*
+// (numel x dtype bytes of the bucket), next to memcpy of the same bytes
+// measured in the same run; prints the ratio kernel / memcpy.
+//
+//   build/cpp/bench_kernels [numel=16777216] [min_seconds=0.4] [filter]
+// filter: a substring of "dtype/widths/rounding/kernel", e.g. "float32/mix5".
+//
+// Kernels: stats (dynamiq_local_stats), compress (leaf), decompress (final
+// values into the bucket), decompress_accumulate (into a float accumulator),
+// fused decompress_accumulate_recompress (middle hop). Widths 2, 4, 8 and a
+// "5-bit" mixture (30% 8-bit, 30% 4-bit, 40% 2-bit super-groups, grouped by
+// width as the allocator orders them: 4.96 wire bits per coordinate with the
+// scales), rounding independent and correlated (world 8: exact permutation
+// table; world 16: swap-or-not).
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/dynamiq_codec.h"
+#include "kernels/dynamiq_stats.h"
+#include "kernels/float_bits.h"
+
+using namespace dynamiq;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+// Best time per call of fn over repeated calls totalling >= min_s seconds.
+double time_best(const std::function<void()>& fn, double min_s) {
+  fn();  // warm up (page faults, caches)
+  double best = 1e30, total = 0;
+  int reps = 0;
+  while (total < min_s || reps < 3) {
+    const auto t0 = Clock::now();
+    fn();
+    const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
+    best = std::min(best, dt);
+    total += dt;
+    ++reps;
+  }
+  return best;
+}
+
+volatile uint8_t g_sink;
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int64_t numel = argc > 1 ? std::atoll(argv[1]) : (int64_t(1) << 24);
+  const double min_s = argc > 2 ? std::atof(argv[2]) : 0.4;
+  const std::string filter = argc > 3 ? argv[3] : "";
+  const DynamiqParams prm;
+  const DynamiqCodec codec(prm);
+  const int S = prm.fmt.S;
+  const int64_t units = ceil_div<int64_t>(numel, S);
+
+  std::mt19937_64 g(1);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> xf(static_cast<size_t>(numel)), yf(static_cast<size_t>(numel));
+  for (auto& v : xf) v = nd(g);
+  for (auto& v : yf) v = nd(g);
+  std::vector<uint16_t> xb(static_cast<size_t>(numel)), yb(static_cast<size_t>(numel));
+  for (int64_t i = 0; i < numel; ++i) {
+    xb[size_t(i)] = f32_to_bf16(xf[size_t(i)]);
+    yb[size_t(i)] = f32_to_bf16(yf[size_t(i)]);
+  }
+
+  std::printf("# dynamiq CPU kernels, one thread, numel=%lld, S=%d s=%d, eps=(%.3g,%.3g), scales %s\n",
+              (long long)numel, S, prm.fmt.s, prm.eps[2], prm.eps[3],
+              prm.stochastic_group_scales ? "stochastic" : "up");
+  std::printf("%-6s %-10s %-12s %-24s %9s %9s %7s %9s\n", "dtype", "widths", "rounding", "kernel",
+              "GB/s", "memcpy", "ratio", "ns/elem");
+
+  struct Mix {
+    const char* name;
+    std::vector<uint8_t> bits;
+  };
+  std::vector<Mix> mixes;
+  for (int b : {2, 4, 8}) mixes.push_back({b == 2 ? "2" : b == 4 ? "4" : "8", std::vector<uint8_t>(size_t(units), uint8_t(b))});
+  {
+    std::vector<uint8_t> bits(static_cast<size_t>(units));
+    for (int64_t u = 0; u < units; ++u) {
+      const double f = double(u) / double(units);
+      bits[size_t(u)] = f < 0.3 ? 8 : f < 0.6 ? 4 : 2;  // grouped by width
+    }
+    mixes.push_back({"mix5", bits});
+  }
+  struct Round {
+    const char* name;
+    bool corr;
+    int world;
+    bool stochastic;
+  };
+  // "nearest" (no random numbers: biased, an ablation) shows what the RNG costs.
+  const Round rounds[] = {{"independent", false, 8, true}, {"corr n=8", true, 8, true},
+                          {"corr n=16", true, 16, true}, {"nearest", false, 8, false}};
+
+  for (DType dt : {DType::kF32, DType::kBF16}) {
+    const void* xin = dt == DType::kF32 ? static_cast<const void*>(xf.data()) : xb.data();
+    const size_t in_bytes = size_t(numel) * size_t(dtype_size(dt));
+    std::vector<uint8_t> src(in_bytes), dst(in_bytes);
+    std::memcpy(src.data(), xin, in_bytes);
+    const double t_memcpy = time_best([&] {
+      std::memcpy(dst.data(), src.data(), in_bytes);
+      g_sink = dst[in_bytes / 2];
+    }, min_s);
+    const double memcpy_gbs = double(in_bytes) / t_memcpy / 1e9;
+    auto report = [&](const char* widths, const char* rounding, const char* kernel, double t) {
+      const double gbs = double(in_bytes) / t / 1e9;
+      std::printf("%-6s %-10s %-12s %-24s %9.2f %9.2f %7.2f %9.3f\n", dtype_name(dt), widths, rounding,
+                  kernel, gbs, memcpy_gbs, gbs / memcpy_gbs, t / double(numel) * 1e9);
+      std::fflush(stdout);
+    };
+    // filter: substring of "dtype/widths/rounding/kernel"
+    std::string cur_w = "-", cur_r = "-";
+    auto want = [&](const std::string& k) {
+      const std::string key = std::string(dtype_name(dt)) + "/" + cur_w + "/" + cur_r + "/" + k;
+      return filter.empty() || key.find(filter) != std::string::npos;
+    };
+
+    if (want("stats")) {
+      std::vector<float> st(size_t(2 * units));
+      report("-", "-", "stats", time_best([&] { dynamiq_local_stats(xin, dt, numel, S, st.data()); }, min_s));
+    }
+    for (const Mix& mx : mixes) {
+      Plan p = make_dynamiq_plan(dt, numel, prm.fmt, mx.bits, {}, {}, 1);
+      Plan pf = make_dynamiq_plan(DType::kF32, numel, prm.fmt, mx.bits, {}, {}, 1);
+      const Block all{0, units};
+      const size_t wb = codec.static_bytes(p, all);
+      std::vector<uint8_t> msg(wb), out(wb);
+      std::vector<float> acc(size_t(units) * size_t(S));
+      Local lx;
+      lx.bucket = xin;
+      for (const Round& rd : rounds) {
+        cur_w = mx.name;
+        cur_r = rd.name;
+        RngCtx r;
+        r.key = make_rng_key(1, 2);
+        r.world = rd.world;
+        r.rank = 3;
+        r.correlated = rd.corr;
+        r.stochastic = rd.stochastic;
+        if (!want("compress") && !want("decompress_acc_recompress") && !want("decompress_accumulate") &&
+            !want("decompress"))
+          continue;
+        // the "received" message: another rank's compression of y
+        {
+          Local ly;
+          ly.bucket = yf.data();
+          codec.compress(ly, pf, all, r, msg.data());
+        }
+        if (want("compress"))
+          report(mx.name, rd.name, "compress", time_best([&] { codec.compress(lx, p, all, r, out.data()); }, min_s));
+        if (want("decompress_acc_recompress"))
+          report(mx.name, rd.name, "decompress_acc_recompress", time_best([&] {
+                   codec.decompress_accumulate_recompress(msg.data(), wb, lx, p, all, r, out.data());
+                 }, min_s));
+        if (rd.corr || !rd.stochastic) continue;  // decoders do not depend on the rounding
+        cur_r = "-";
+        if (want("decompress_accumulate"))
+          report(mx.name, "-", "decompress_accumulate", time_best([&] {
+                   codec.decompress_accumulate(msg.data(), wb, lx, p, all, acc.data());
+                 }, min_s));
+        if (want("decompress")) {
+          std::vector<uint8_t> bucket(in_bytes);
+          Output y;
+          y.bucket = bucket.data();
+          y.bias_scale = 8.0f;
+          y.divisor = 8.0f;
+          report(mx.name, "-", "decompress", time_best([&] { codec.decompress(msg.data(), wb, p, all, y); }, min_s));
+        }
+      }
+    }
+  }
+  return 0;
+}
