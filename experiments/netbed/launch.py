@@ -151,7 +151,8 @@ class RunResult:
 
     def summary(self, tail: int = 15) -> str:
         where = "loopback (unshaped)" if self.loopback else f"netbed {self.run_id}, {format_rate(self.rate_bps)}"
-        lines = [f"{'ok' if self.ok else 'FAILED'}: world {self.world} on {where}, {self.seconds:.1f} s, logs in {self.logdir}"]
+        head = "ok" if self.ok else "FAILED"
+        lines = [f"{head}: world {self.world} on {where}, {self.seconds:.1f} s, logs in {self.logdir}"]
         for r in self.ranks:
             mark = "" if r.ok else "  <-- first failure" if r.rank == self.first_failure else ""
             lines.append(f"  rank {r.rank}: {r.status}: {r.detail} ({r.seconds:.1f} s){mark}")
@@ -492,7 +493,7 @@ class Netbed:
                 pass
         self._procs = [p for p in self._procs if p.poll() is None]
 
-    def launch(self, argv: Sequence[str] | Sequence[Sequence[str]], *, timeout: float = 600,
+    def launch(self, argv: Sequence[str] | Sequence[Sequence[str]], *, timeout: float | None = 600,
                logdir: str | Path | None = None, stream: str | int | None = None, grace: float = 10.0,
                extra_env: Mapping[str, str] | None = None, kill_after: float = 5.0) -> RunResult:
         """Run argv once per rank (or argv[k] on rank k) and wait for all of them.
@@ -525,7 +526,7 @@ class Netbed:
                 with open(logs[k], "wb") as log:
                     procs[k] = self.spawn(k, argv[k] if per_rank else argv, timeout=timeout, stdout=log,
                                           stderr=subprocess.STDOUT, extra_env=extra_env)
-            hard_deadline = t0 + timeout + kill_after + 10
+            hard_deadline = t0 + timeout + kill_after + 10 if timeout is not None else float("inf")
             while len(results) < self.world:
                 now = time.monotonic()
                 for k, p in procs.items():

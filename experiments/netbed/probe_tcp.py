@@ -3,6 +3,7 @@
   pair: rank 1 sends BYTES to rank 0; the other ranks only join.
   ring: every rank k sends BYTES to rank (k+1) % n while receiving BYTES from rank (k-1) % n
         (the traffic pattern of a ring all-reduce step; with 2 ranks, both directions at once).
+  incast: every rank but 0 sends BYTES to rank 0 at once (what ingress shaping is for).
 
 The sender's clock runs from its first byte to the receiver's 1-byte acknowledgement of the last one.
 Rank k listens on its own address (NETBED_ADDRS) at port MASTER_PORT + 1 + k; each rank writes
@@ -80,7 +81,7 @@ def _send(addr: str, port: int, nbytes: int, result: dict, connect_timeout: floa
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--bytes", type=int, default=50 * 2**20)
-    ap.add_argument("--pattern", choices=["pair", "ring"], default="pair")
+    ap.add_argument("--pattern", choices=["pair", "ring", "incast"], default="pair")
     ap.add_argument("--out-dir", type=Path, required=True)
     a = ap.parse_args()
 
@@ -91,9 +92,12 @@ def main() -> None:
         raise SystemExit("probe_tcp needs at least 2 ranks")
     if a.pattern == "pair":
         dst = 0 if rank == 1 else None
-        src = 1 if rank == 0 else None
+        nsrc = 1 if rank == 0 else 0
+    elif a.pattern == "incast":
+        dst = 0 if rank > 0 else None
+        nsrc = world - 1 if rank == 0 else 0
     else:
-        dst, src = (rank + 1) % world, (rank - 1) % world
+        dst, nsrc = (rank + 1) % world, 1
 
     result: dict = {"rank": rank, "pattern": a.pattern}
     errors: list[BaseException] = []
@@ -105,9 +109,10 @@ def main() -> None:
             errors.append(e)
 
     threads = []
-    if src is not None:
-        listener = socket.create_server((addrs[rank], base + rank), backlog=1)
-        threads.append(threading.Thread(target=guarded, args=(_serve, listener, result)))
+    received: list[dict] = [{} for _ in range(nsrc)]
+    if nsrc:
+        listener = socket.create_server((addrs[rank], base + rank), backlog=nsrc)
+        threads += [threading.Thread(target=guarded, args=(_serve, listener, r)) for r in received]
     if dst is not None:
         threads.append(threading.Thread(target=guarded, args=(_send, addrs[dst], base + dst, a.bytes, result)))
     for t in threads:
@@ -116,6 +121,8 @@ def main() -> None:
         t.join()
     if errors:
         raise errors[0]
+    if nsrc:
+        result["received_bytes"] = sum(r["received_bytes"] for r in received)
     a.out_dir.mkdir(parents=True, exist_ok=True)
     (a.out_dir / f"rank{rank}.json").write_text(json.dumps(result))
     print(json.dumps(result))

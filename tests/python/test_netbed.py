@@ -64,7 +64,8 @@ def _host_snapshot() -> tuple[set[str], set[str]]:
 
 
 def _assert_gone(run_id: str, inodes: set[int]) -> None:
-    ours = [n for n in (os.listdir("/run/netns") if os.path.isdir("/run/netns") else []) if n.startswith(f"dqnb-{run_id}-")]
+    names = os.listdir("/run/netns") if os.path.isdir("/run/netns") else []
+    ours = [n for n in names if n.startswith(f"dqnb-{run_id}-")]
     assert ours == [], f"namespaces left behind: {ours}"
     assert not os.path.exists(f"/run/dqnb/{run_id}"), "state dir left behind"
     assert _netns_holders(inodes) == []
@@ -144,7 +145,7 @@ def test_loopback_hung_rank_is_stopped(tmp_path):
     """))
     t0 = time.monotonic()
     with Netbed(2, loopback=True, kill_wait=1) as nb:
-        res = nb.launch([sys.executable, str(script)], timeout=60, grace=1)
+        res = nb.launch([sys.executable, str(script)], timeout=60, grace=1, logdir=tmp_path / "logs")
     assert time.monotonic() - t0 < 15
     assert res.first_failure == 1 and res.ranks[1].status == "failed"
     assert res.ranks[0].status == "killed" and "rank 1 failed" in res.ranks[0].detail
@@ -161,7 +162,7 @@ def test_transfer_takes_the_time_the_rate_allows(tmp_path, rate, nbytes):
     with Netbed(2, rate) as nb:
         inodes = set(nb.netns_inodes.values())
         res = nb.launch([sys.executable, str(PROBE_TCP), "--bytes", str(nbytes), "--out-dir", str(tmp_path)],
-                        timeout=60)
+                        timeout=60, logdir=tmp_path / "logs")
         assert res.ok, res.summary()
         rid = nb.run_id
     bps = parse_rate(rate)
@@ -171,6 +172,27 @@ def test_transfer_takes_the_time_the_rate_allows(tmp_path, rate, nbytes):
     assert t <= 1.3 * goodput_bound, f"{t:.3f} s > 1.3 x goodput bound {goodput_bound:.3f} s"
     _assert_gone(rid, inodes)
     assert _host_snapshot() == before
+
+
+@needs_netbed
+@pytest.mark.parametrize("ingress", [False, True])
+def test_ingress_shaping_limits_incast(tmp_path, ingress):
+    """ranks 1 and 2 each send nbytes to rank 0 at once. Egress shaping alone lets rank 0 receive at 2x the
+    rate, so both finish in about nbytes x 8 / (rate x goodput); with ingress shaping rank 0's port passes
+    at most the rate, so the last sender needs at least (2 nbytes - burst) x 8 / rate."""
+    nbytes, rate = 10 * 2**20, "200mbit"
+    bps = parse_rate(rate)
+    with Netbed(3, rate, ingress=ingress) as nb:
+        res = nb.launch([sys.executable, str(PROBE_TCP), "--pattern", "incast", "--bytes", str(nbytes),
+                         "--out-dir", str(tmp_path)], timeout=60, logdir=tmp_path / "logs")
+    assert res.ok, res.summary()
+    t = max(json.loads((tmp_path / f"rank{k}.json").read_text())["seconds"] for k in (1, 2))
+    one_link = nbytes * 8 / (bps * GOODPUT_MTU1500)
+    if ingress:
+        assert t >= (2 * nbytes - TBF_BURST) * 8 / bps
+        assert t <= 1.3 * 2 * one_link
+    else:
+        assert t <= 1.3 * one_link
 
 
 @needs_netbed
@@ -194,7 +216,7 @@ def test_gloo_runs_on_the_veth(tmp_path):
     """))
     with Netbed(2, "1gbit") as nb:
         inodes = set(nb.netns_inodes.values())
-        res = nb.launch([sys.executable, str(script)], timeout=120)
+        res = nb.launch([sys.executable, str(script)], timeout=120, logdir=tmp_path / "logs")
         rid = nb.run_id
     assert res.ok, res.summary()
     for k in range(2):
@@ -245,7 +267,7 @@ def test_crashed_rank_and_hung_peer_leave_nothing(tmp_path):
     t0 = time.monotonic()
     with Netbed(2, "100mbit", kill_wait=1) as nb:
         inodes = set(nb.netns_inodes.values())
-        res = nb.launch([sys.executable, str(script)], timeout=60, grace=1)
+        res = nb.launch([sys.executable, str(script)], timeout=60, grace=1, logdir=tmp_path / "logs")
         rid = nb.run_id
         # The daemon outlived both ranks' process groups: it is still inside rank 1's namespace here.
         assert any("process" in h for h in _netns_holders({nb.netns_inodes[nb.ranks[1].netns]}))
@@ -352,7 +374,7 @@ def test_delay(tmp_path):
             print("RTT", time.perf_counter() - t); s.sendall(b"x")
     """))
     with Netbed(2, "1gbit", delay="20ms") as nb:
-        res = nb.launch([sys.executable, str(script)], timeout=30)
+        res = nb.launch([sys.executable, str(script)], timeout=30, logdir=tmp_path / "logs")
     assert res.ok, res.summary()
     rtt = float(res.ranks[1].log.read_text().split("RTT")[1].split()[0])
     assert rtt >= 0.040
