@@ -10,6 +10,7 @@ iperf3 rows: every flow runs 5 s; the figure is the receiver's goodput. Patterns
 rate x 1448/1514 (TCP payload per frame that tbf counts at MTU 1500).
 All-reduce rows: probe_allreduce.py (barrier, then dist.all_reduce, slowest rank's time); ring bound
 2(n-1)/n x bytes x 8 / rate, goodput bound = ring bound / (1448/1514).
+P2P rows: probe_p2p.py (ring exchange with isend/irecv in both posting orders, 32 MiB, 1 Gbit/s, 12 iterations).
 """
 
 from __future__ import annotations
@@ -92,6 +93,24 @@ def allreduce_row(world: int, rate: str, dtype: str, nbytes: int, iters: int, py
     return row
 
 
+def p2p_row(world: int, rate: str, nbytes: int, iters: int, python: str) -> dict:
+    row = {"kind": "p2p", "world": world, "rate": rate, "bytes": nbytes, "load_before": loadavg()}
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "res.json"
+        with Netbed(world, rate) as nb:
+            res = nb.launch([python, str(HERE / "probe_p2p.py"), "--bytes", str(nbytes), "--iters", str(iters),
+                             "--out", str(out)],
+                            timeout=600, logdir=Path(tmp) / "logs", grace=20)
+        row["load_after"] = loadavg()
+        if not res.ok or not out.exists():
+            row.update(status="failed", error=res.summary(tail=3).replace("\n", " "))
+            return row
+        r = json.loads(out.read_text())
+    row.update(status="ok", bound_s=r["bound_s"], orders={k: r[k]["median_s"] for k in r if isinstance(r[k], dict)},
+               times={k: r[k]["times"] for k in r if isinstance(r[k], dict)})
+    return row
+
+
 def markdown(rows: list[dict]) -> str:
     out = ["### iperf3 (receiver goodput per flow, 5 s per flow)", "",
            "| ranks | pattern | rate | flows | mean Mbit/s | min Mbit/s | of rate | of goodput bound | retransmits "
@@ -123,6 +142,25 @@ def markdown(rows: list[dict]) -> str:
              else "- | - | -")
         out.append(f"| {r['world']} | {r['dtype']} | {mib:g} | {rate} | {r['median_s']:.3f} "
                    f"| {r['min_s']:.3f}-{r['max_s']:.3f} | {b} | {r['algbw_gbit']:.2f} | {r['load_before']:.1f} |")
+    p2p = [r for r in rows if r["kind"] == "p2p"]
+    if p2p:
+        orders = ["send_first", "recv_first", "batch_send_first", "batch_recv_first"]
+        out += ["", "### Gloo isend/irecv exchange on a ring, by posting order", "",
+                "median s (median / bound), and how many iterations took over 1.5x the bound "
+                "(bound = bytes x 8 / rate: each direction of each link carries the bytes once)", "",
+                "| ranks | MiB | rate | bound s | " + " | ".join(orders) + " | load |",
+                "|---|---|---|---|" + "---|" * len(orders) + "---|"]
+        for r in p2p:
+            rate = format_rate(parse_rate(r["rate"]))
+            if r["status"] != "ok":
+                out.append(f"| {r['world']} | {r['bytes'] / 2**20:g} | {rate} | failed: {r['error']} |")
+                continue
+            def cell(o):
+                slow = sum(t > 1.5 * r["bound_s"] for t in r["times"][o])
+                return f"{r['orders'][o]:.3f} ({r['orders'][o] / r['bound_s']:.2f}x), slow {slow}/{len(r['times'][o])}"
+            cells = " | ".join(cell(o) for o in orders)
+            out.append(f"| {r['world']} | {r['bytes'] / 2**20:g} | {rate} | {r['bound_s']:.3f} | {cells} "
+                       f"| {r['load_before']:.1f} |")
     return "\n".join(out) + "\n"
 
 
@@ -130,7 +168,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=Path(__file__).resolve().parents[1] / "out" / "netbed")
     ap.add_argument("--quick", action="store_true", help="fewer rows and iterations (a smoke run)")
-    ap.add_argument("--only", choices=["iperf", "allreduce"], help="one section only")
+    ap.add_argument("--only", choices=["iperf", "allreduce", "p2p"], help="one section only")
     ap.add_argument("--python", default=sys.executable, help="interpreter with torch for the all-reduce ranks")
     a = ap.parse_args()
     rows: list[dict] = []
@@ -152,10 +190,14 @@ def main() -> int:
             plan += [(w, r, dt, 3) for dt in ("float16", "bfloat16") for r in ("1gbit", "10gbit") for w in (2, 4)]
         for world, rate, dtype, iters in plan:
             note(allreduce_row(world, rate, dtype, mib64, 2 if a.quick else iters, a.python))
+    if a.only in (None, "p2p"):
+        for world in (2, 4):
+            note(p2p_row(world, "1gbit", 32 * 2**20, 3 if a.quick else 12, a.python))
     a.out.mkdir(parents=True, exist_ok=True)
     meta = {"cmd": " ".join(sys.argv), "host": os.uname().nodename, "kernel": os.uname().release,
             "cpus": os.cpu_count(), "time": time.strftime("%Y-%m-%d %H:%M:%S")}
     (a.out / "measure.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+    (a.out / "measure.cmd").write_text(meta["cmd"] + "\n")
     (a.out / "measure.md").write_text(markdown(rows))
     print(markdown(rows))
     return 0
