@@ -307,7 +307,7 @@ class Netbed:
         try:
             self.up()
         except BaseException:
-            self.down()
+            self.down(quiet=True)
             raise
         return self
 
@@ -353,6 +353,7 @@ class Netbed:
         if [r.rank for r in ranks] != list(range(self.world)):
             raise NetbedError(f"netbed.sh up printed an unexpected rank list:\n{cp.stdout}")
         self.ranks = ranks
+        self.netns_inodes = {}
         for name in [r.netns for r in ranks] + [f"{PREFIX}-{self.run_id}-br"]:
             self.netns_inodes[name] = os.stat(f"/run/netns/{name}").st_ino
         self._is_up = True
