@@ -1,0 +1,691 @@
+#include "lossless_codec.h"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstring>
+
+namespace dynamiq {
+
+static_assert(std::endian::native == std::endian::little,
+              "the lossless wire format is little-endian and read with memcpy");
+
+using namespace lossless;
+
+namespace {
+
+[[noreturn]] void bad(const std::string& what) { throw MalformedMessage("lossless: " + what); }
+
+// Per-thread scratch (the executor runs one group's collectives on one thread).
+struct Scratch {
+  std::vector<uint8_t> exps, raw_in, raw_out;
+};
+Scratch& scratch() {
+  thread_local Scratch s;
+  return s;
+}
+uint8_t* grow(std::vector<uint8_t>& v, size_t bytes) {
+  if (v.size() < bytes + 8) v.resize(bytes + 8);  // +8: room for 8-byte group stores
+  return v.data();
+}
+
+void check_count(int64_t n) {
+  if (n < 0 || n > kMaxBlockValues)
+    throw Error("lossless: a block of " + std::to_string(n) +
+                " values does not fit the 32-bit count; lower block_bytes");
+}
+
+// ---- histogram -------------------------------------------------------------------
+
+void histogram(const uint8_t* e, int64_t m, uint64_t* out /*256*/) {
+  uint32_t h[4][256];
+  std::memset(h, 0, sizeof(h));
+  int64_t i = 0;
+  for (; i + 4 <= m; i += 4) {
+    ++h[0][e[i]];
+    ++h[1][e[i + 1]];
+    ++h[2][e[i + 2]];
+    ++h[3][e[i + 3]];
+  }
+  for (; i < m; ++i) ++h[0][e[i]];
+  for (int s = 0; s < 256; ++s) out[s] = uint64_t(h[0][s]) + h[1][s] + h[2][s] + h[3][s];
+}
+
+// ---- split: values -> SM planes + tail + exponent bytes --------------------------
+// Flat loops over the same element functions as split_group (so they vectorise);
+// the tests check they agree with split_group byte for byte.
+
+template <DType T>
+void split_block(const typename Split<T>::word* v, const Layout& L, uint8_t* msg, uint8_t* exps) {
+  using S = Split<T>;
+  const int64_t m = L.body, G = L.groups;
+  uint8_t* sm = msg + kHeaderBytes;
+  if constexpr (T == DType::kBF16) {
+    for (int64_t i = 0; i < m; ++i) {
+      sm[i] = S::sm(v[i]);
+      exps[i] = S::exponent(v[i]);
+    }
+  } else if constexpr (T == DType::kF16) {
+    uint8_t hi[kSegment];  // hi3 of one segment, packed into planes below
+    for (int64_t b = 0; b < m; b += kSegment) {
+      const int64_t c = std::min<int64_t>(kSegment, m - b);
+      for (int64_t i = 0; i < c; ++i) {
+        sm[b + i] = S::lo(v[b + i]);
+        exps[b + i] = S::exponent(v[b + i]);
+        hi[i] = S::hi3(v[b + i]);
+      }
+      for (int64_t g = 0; g < c / 8; ++g) {
+        uint64_t x;
+        std::memcpy(&x, hi + 8 * g, 8);
+        const int64_t gg = b / 8 + g;
+        sm[8 * G + gg] = pack_plane(x, 0);
+        sm[9 * G + gg] = pack_plane(x, 1);
+        sm[10 * G + gg] = pack_plane(x, 2);
+      }
+    }
+  } else {
+    uint8_t* hi = sm + 16 * G;
+    for (int64_t i = 0; i < m; ++i) {
+      const uint16_t lo = S::lo16(v[i]);
+      std::memcpy(sm + 2 * i, &lo, 2);
+      hi[i] = S::hi(v[i]);
+      exps[i] = S::exponent(v[i]);
+    }
+  }
+  std::memcpy(msg + L.tail_offset, v + m, size_t(L.tail) * sizeof(typename S::word));
+}
+
+template <DType T>
+void merge_block(const uint8_t* msg, const Layout& L, const uint8_t* exps, typename Split<T>::word* v) {
+  using S = Split<T>;
+  const int64_t m = L.body, G = L.groups;
+  const uint8_t* sm = msg + kHeaderBytes;
+  if constexpr (T == DType::kBF16) {
+    for (int64_t i = 0; i < m; ++i) v[i] = S::merge(exps[i], sm[i]);
+  } else if constexpr (T == DType::kF16) {
+    uint8_t hi[kSegment];
+    for (int64_t b = 0; b < m; b += kSegment) {
+      const int64_t c = std::min<int64_t>(kSegment, m - b);
+      for (int64_t g = 0; g < c / 8; ++g) {
+        const int64_t gg = b / 8 + g;
+        const uint64_t x = unpack_plane(sm[8 * G + gg]) | (unpack_plane(sm[9 * G + gg]) << 1) |
+                           (unpack_plane(sm[10 * G + gg]) << 2);
+        std::memcpy(hi + 8 * g, &x, 8);
+      }
+      for (int64_t i = 0; i < c; ++i) v[b + i] = S::merge(exps[b + i], sm[b + i], hi[i]);
+    }
+  } else {
+    const uint8_t* hi = sm + 16 * G;
+    for (int64_t i = 0; i < m; ++i) {
+      uint16_t lo;
+      std::memcpy(&lo, sm + 2 * i, 2);
+      v[i] = S::merge(exps[i], lo, hi[i]);
+    }
+  }
+  std::memcpy(v + m, msg + L.tail_offset, size_t(L.tail) * sizeof(typename S::word));
+}
+
+// ---- exponent section encoders ----------------------------------------------------
+
+int64_t zip_section_bytes(const Layout& L, int64_t n_esc) {
+  return kZipTableBytes + 2 * L.segments + 3 * L.groups + n_esc;
+}
+int64_t huff_header_bytes(const Layout& L, int k) { return 1 + k + (k + 1) / 2 + 2 * L.segments; }
+
+struct Choice {
+  ExpFormat format = ExpFormat::kPlain;
+  int k = 0;                   // distinct symbols
+  uint8_t syms[256] = {};      // distinct symbols, ascending
+  uint64_t freq[256] = {};     // their counts
+  uint8_t top[kZipCodes] = {}; // zip: symbols of codes 1..7
+  int64_t n_esc = 0;
+  uint8_t lens[256] = {};      // huffman lengths (parallel to syms)
+};
+
+void encode_zip(const uint8_t* exps, const Layout& L, const Choice& c, uint8_t* sec) {
+  uint8_t code_of[256];
+  std::memset(code_of, 0, sizeof(code_of));
+  for (int i = 0; i < kZipCodes; ++i) sec[i] = c.top[i];
+  sec[kZipCodes] = 0;
+  for (int i = 0; i < std::min(c.k, kZipCodes); ++i) code_of[c.top[i]] = uint8_t(i + 1);
+  uint8_t* meta = sec + kZipTableBytes;
+  uint8_t* planes = meta + 2 * L.segments;
+  uint8_t* esc = planes + 3 * L.groups;
+  const int64_t G = L.groups;
+  uint32_t n_esc = 0;
+  for (int64_t s = 0; s < L.segments; ++s) {
+    const uint32_t before = n_esc;
+    const int64_t g0 = s * (kSegment / kGroup);
+    const int64_t g1 = std::min<int64_t>(G, g0 + kSegment / kGroup);
+    for (int64_t g = g0; g < g1; ++g) zip_encode_group(exps, g, G, code_of, planes, esc, &n_esc);
+    store_u16(meta + 2 * s, uint16_t(n_esc - before));
+  }
+}
+
+// Returns the section size.
+int64_t encode_huffman(const uint8_t* exps, const Layout& L, const Choice& c, uint8_t* sec) {
+  const int k = c.k;
+  sec[0] = uint8_t(k - 1);
+  std::memcpy(sec + 1, c.syms, size_t(k));
+  uint8_t* nib = sec + 1 + k;
+  std::memset(nib, 0, size_t((k + 1) / 2));
+  for (int i = 0; i < k; ++i) nib[i / 2] |= uint8_t(c.lens[i] << (4 * (i & 1)));
+  uint16_t code[256];
+  uint8_t len[256];
+  std::memset(code, 0, sizeof(code));
+  std::memset(len, 0, sizeof(len));
+  huff_build_tables(k, c.syms, c.lens, nullptr, code, len);
+  uint8_t* meta = nib + (k + 1) / 2;
+  uint8_t* out = meta + 2 * L.segments;
+  int64_t pos = 0;
+  for (int64_t s = 0; s < L.segments; ++s) {
+    const int cnt = segment_count(L.body, s);
+    const uint32_t b = huff_encode_segment(exps + s * kSegment, cnt, code, len, out + pos);
+    store_u16(meta + 2 * s, uint16_t(b));
+    pos += b;
+  }
+  return huff_header_bytes(L, k) + pos;
+}
+
+template <DType T>
+size_t encode_impl(const typename Split<T>::word* v, int64_t n, uint8_t* out,
+                   const LosslessOptions& opt, LosslessBlockInfo* info) {
+  const Layout L = make_layout(T, n);
+  const int64_t m = L.body;
+  uint8_t* exps = grow(scratch().exps, size_t(m));
+  split_block<T>(v, L, out, exps);
+
+  Choice c;
+  int64_t best = L.plain_bytes;
+  int64_t cand[kNumFormats] = {L.plain_bytes, -1, -1, -1};
+  double entropy = 0.0;
+  if (m > 0) {
+    uint64_t hist[256];
+    histogram(exps, m, hist);
+    for (int s = 0; s < 256; ++s)
+      if (hist[s]) {
+        c.syms[c.k] = uint8_t(s);
+        c.freq[c.k] = hist[s];
+        ++c.k;
+        entropy -= double(hist[s]) * std::log2(double(hist[s]) / double(m));
+      }
+    const bool allow_const = opt.formats & (1u << int(ExpFormat::kConst));
+    const bool allow_zip = opt.formats & (1u << int(ExpFormat::kZip));
+    const bool allow_huff = opt.formats & (1u << int(ExpFormat::kHuffman));
+    if (c.k == 1 && allow_const) {
+      cand[int(ExpFormat::kConst)] = 1;
+      if (1 < best) best = 1, c.format = ExpFormat::kConst;
+    }
+    if (allow_zip) {
+      // The 7 most frequent exponents (ties: smaller exponent first).
+      int idx[256];
+      for (int i = 0; i < c.k; ++i) idx[i] = i;
+      const int t = std::min(c.k, kZipCodes);
+      std::partial_sort(idx, idx + t, idx + c.k, [&](int a, int b) {
+        return c.freq[a] != c.freq[b] ? c.freq[a] > c.freq[b] : a < b;
+      });
+      uint64_t covered = 0;
+      for (int i = 0; i < t; ++i) {
+        c.top[i] = c.syms[idx[i]];
+        covered += c.freq[idx[i]];
+      }
+      c.n_esc = m - int64_t(covered);
+      const int64_t z = zip_section_bytes(L, c.n_esc);
+      cand[int(ExpFormat::kZip)] = z;
+      if (z < best) best = z, c.format = ExpFormat::kZip;
+    }
+    if (allow_huff && c.k >= 2) {
+      lossless_code_lengths(c.freq, c.k, kMaxCodeLen, c.lens);
+      uint64_t bits = 0;
+      for (int i = 0; i < c.k; ++i) bits += c.freq[i] * c.lens[i];
+      // Byte alignment adds < 1 byte per segment: an upper bound, exact after encoding.
+      const int64_t h = huff_header_bytes(L, c.k) + int64_t((bits + 7 * uint64_t(L.segments)) / 8);
+      cand[int(ExpFormat::kHuffman)] = h;
+      if (h < best) best = h, c.format = ExpFormat::kHuffman;
+    }
+  }
+
+  uint8_t* sec = out + L.static_bytes;
+  int64_t dyn = 0;
+  switch (c.format) {
+    case ExpFormat::kPlain:
+      if constexpr (T == DType::kF16) {
+        for (int64_t g = 0; g < L.groups; ++g) plain5_encode_group(exps, g, L.groups, sec);
+      } else {
+        std::memcpy(sec, exps, size_t(m));
+      }
+      dyn = L.plain_bytes;
+      break;
+    case ExpFormat::kConst:
+      sec[0] = c.syms[0];
+      dyn = 1;
+      break;
+    case ExpFormat::kZip:
+      encode_zip(exps, L, c, sec);
+      dyn = zip_section_bytes(L, c.n_esc);
+      break;
+    case ExpFormat::kHuffman:
+      dyn = encode_huffman(exps, L, c, sec);
+      if (dyn > best) throw Error("lossless: Huffman section exceeded its bound (bug)");
+      cand[int(ExpFormat::kHuffman)] = dyn;
+      break;
+  }
+
+  Header h{};
+  h.magic = kMagic;
+  h.version = kVersion;
+  h.dtype = uint8_t(T);
+  h.format = uint8_t(c.format);
+  h.count = uint32_t(n);
+  h.dynamic_bytes = uint32_t(dyn);
+  h.reserved = 0;
+  std::memcpy(out, &h, kHeaderBytes);
+  h.check = crc16(out, kHeaderBytes - 2);
+  std::memcpy(out, &h, kHeaderBytes);
+
+  if (info) {
+    info->format = c.format;
+    info->count = n;
+    info->body = m;
+    info->static_bytes = L.static_bytes;
+    info->dynamic_bytes = dyn;
+    info->distinct = c.k;
+    info->entropy_bits = entropy;
+    for (int f = 0; f < kNumFormats; ++f) info->candidate_bytes[f] = cand[f];
+  }
+  return size_t(L.static_bytes + dyn);
+}
+
+// ---- validation and decoding ----------------------------------------------------
+
+Header check_header(const uint8_t* p, DType dtype, const Layout& L) {
+  Header h;
+  std::memcpy(&h, p, kHeaderBytes);
+  if (h.magic != kMagic) bad("bad magic byte " + std::to_string(h.magic) + " (not a lossless message)");
+  if (h.version != kVersion)
+    bad("format version " + std::to_string(h.version) + ", this build reads version " +
+        std::to_string(kVersion) + " (all ranks must run the same dynamiq build)");
+  if (crc16(p, kHeaderBytes - 2) != h.check) bad("header checksum mismatch (corrupted header)");
+  if (h.dtype != uint8_t(dtype))
+    bad("message dtype " + std::to_string(h.dtype) + ", expected " + dtype_name(dtype));
+  if (int64_t(h.count) != L.n)
+    bad("message holds " + std::to_string(h.count) + " values, the plan expects " + std::to_string(L.n));
+  if (h.reserved != 0) bad("reserved header field is not zero");
+  if (h.format >= kNumFormats) bad("unknown exponent format " + std::to_string(h.format));
+  const int64_t d = h.dynamic_bytes;
+  if (d > L.plain_bytes)
+    bad("dynamic part of " + std::to_string(d) + " bytes exceeds its bound of " +
+        std::to_string(L.plain_bytes));
+  switch (ExpFormat(h.format)) {
+    case ExpFormat::kPlain:
+      if (d != L.plain_bytes) bad("plain exponent section of " + std::to_string(d) + " bytes, expected " + std::to_string(L.plain_bytes));
+      break;
+    case ExpFormat::kConst:
+      if (L.body == 0 || d != 1) bad("constant exponent section of " + std::to_string(d) + " bytes");
+      break;
+    case ExpFormat::kZip:
+      if (L.body == 0 || d < zip_section_bytes(L, 0)) bad("zip exponent section too short");
+      break;
+    case ExpFormat::kHuffman:
+      if (L.body == 0 || d < huff_header_bytes(L, 2)) bad("Huffman exponent section too short");
+      break;
+  }
+  return h;
+}
+
+// Decodes the exponent section into exps (m bytes). sec holds d bytes.
+void decode_exponents(ExpFormat f, DType dtype, const Layout& L, const uint8_t* sec, int64_t d,
+                      uint8_t* exps) {
+  const int64_t m = L.body, G = L.groups, S = L.segments;
+  const int alphabet = exp_alphabet(dtype);
+  switch (f) {
+    case ExpFormat::kPlain:
+      if (dtype == DType::kF16) {
+        for (int64_t g = 0; g < G; ++g) plain5_decode_group(sec, g, G, exps);
+      } else {
+        std::memcpy(exps, sec, size_t(m));
+      }
+      return;
+    case ExpFormat::kConst:
+      if (sec[0] >= alphabet) bad("constant exponent out of range");
+      std::memset(exps, sec[0], size_t(m));
+      return;
+    case ExpFormat::kZip: {
+      uint8_t table[8];
+      table[0] = 0;
+      for (int i = 0; i < kZipCodes; ++i) {
+        if (sec[i] >= alphabet) bad("zip table exponent out of range");
+        table[i + 1] = sec[i];
+      }
+      if (sec[kZipCodes] != 0) bad("zip table padding is not zero");
+      const uint8_t* meta = sec + kZipTableBytes;
+      const uint8_t* planes = meta + 2 * S;
+      const uint8_t* esc = planes + 3 * G;
+      const int64_t n_esc = d - zip_section_bytes(L, 0);
+      uint32_t pos = 0;
+      for (int64_t s = 0; s < S; ++s) {
+        const uint32_t cnt = load_u16(meta + 2 * s);
+        if (cnt > uint32_t(segment_count(m, s))) bad("zip segment escape count out of range");
+        const uint32_t end = pos + cnt;
+        if (int64_t(end) > n_esc) bad("zip escape counts exceed the escape list");
+        const int64_t g0 = s * (kSegment / kGroup);
+        const int64_t g1 = std::min<int64_t>(G, g0 + kSegment / kGroup);
+        bool ok = true;
+        for (int64_t g = g0; g < g1; ++g) ok &= zip_decode_group(planes, g, G, table, esc, &pos, end, exps);
+        if (!ok || pos != end) bad("zip escape codes disagree with the segment's escape count");
+      }
+      if (int64_t(pos) != n_esc) bad("zip escape list longer than its codes");
+      return;
+    }
+    case ExpFormat::kHuffman: {
+      const int k = int(sec[0]) + 1;
+      if (k < 2 || k > alphabet) bad("Huffman table with " + std::to_string(k) + " symbols");
+      const int64_t hb = huff_header_bytes(L, k);
+      if (hb > d) bad("Huffman table larger than its section");
+      const uint8_t* sym = sec + 1;
+      const uint8_t* nib = sym + k;
+      uint8_t len[256];
+      uint32_t kraft = 0;
+      for (int i = 0; i < k; ++i) {
+        if (sym[i] >= alphabet) bad("Huffman symbol out of range");
+        if (i > 0 && sym[i] <= sym[i - 1]) bad("Huffman symbols not strictly increasing");
+        len[i] = uint8_t((nib[i / 2] >> (4 * (i & 1))) & 0xf);
+        if (len[i] < 1 || len[i] > kMaxCodeLen) bad("Huffman code length out of range");
+        kraft += 1u << (kMaxCodeLen - len[i]);
+      }
+      if ((k & 1) && (nib[k / 2] >> 4) != 0) bad("Huffman length padding is not zero");
+      if (kraft > uint32_t(kDecodeTableSize)) bad("Huffman code lengths are over-subscribed");
+      alignas(64) uint16_t table[kDecodeTableSize];
+      huff_build_tables(k, sym, len, table, nullptr, nullptr);
+      const uint8_t* meta = sym + k + (k + 1) / 2;
+      const uint8_t* streams = sec + hb;
+      const uint64_t total = uint64_t(d - hb);
+      uint64_t off = 0;
+      for (int64_t s = 0; s < S; ++s) {
+        const uint32_t sb = load_u16(meta + 2 * s);
+        if (off + sb > total) bad("Huffman segment lengths exceed the section");
+        if (!huff_decode_segment(streams + off, sb, total - off, segment_count(m, s), table,
+                                 exps + s * kSegment))
+          bad("invalid Huffman code stream in segment " + std::to_string(s));
+        off += sb;
+      }
+      if (off != total) bad("Huffman section longer than its segments");
+      return;
+    }
+  }
+}
+
+template <DType T>
+void decode_impl(const uint8_t* in, size_t in_bytes, int64_t n, typename Split<T>::word* v) {
+  const Layout L = make_layout(T, n);
+  if (in_bytes < size_t(L.static_bytes))
+    bad("truncated message: " + std::to_string(in_bytes) + " bytes, the static part alone is " +
+        std::to_string(L.static_bytes));
+  const Header h = check_header(in, T, L);
+  if (in_bytes != size_t(L.static_bytes) + h.dynamic_bytes)
+    bad("message of " + std::to_string(in_bytes) + " bytes, header announces " +
+        std::to_string(L.static_bytes + int64_t(h.dynamic_bytes)));
+  const uint8_t* sec = in + L.static_bytes;
+  const uint8_t* exps;
+  if (ExpFormat(h.format) == ExpFormat::kPlain && T != DType::kF16) {
+    exps = sec;  // one exponent per byte already
+  } else {
+    uint8_t* e = grow(scratch().exps, size_t(L.body));
+    decode_exponents(ExpFormat(h.format), T, L, sec, h.dynamic_bytes, e);
+    exps = e;
+  }
+  merge_block<T>(in, L, exps, v);
+}
+
+}  // namespace
+
+// ---- package-merge --------------------------------------------------------------
+
+void lossless_code_lengths(const uint64_t* freq, int k, int maxlen, uint8_t* len) {
+  DQ_CHECK(k >= 2 && k <= 256, "code lengths: need 2..256 symbols");
+  DQ_CHECK(maxlen >= 1 && maxlen <= 15 && (1 << maxlen) >= k, "code lengths: maxlen too small");
+  std::vector<int> order(static_cast<size_t>(k));
+  for (int i = 0; i < k; ++i) order[size_t(i)] = i;
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return freq[a] < freq[b]; });
+  // An item is a leaf (>= 0: position in `order`) or a package (< 0: -1 - index
+  // of its first child in the previous level's list; children are 2p, 2p+1).
+  struct Item {
+    uint64_t w;
+    int ref;
+  };
+  std::vector<std::vector<Item>> lists(static_cast<size_t>(maxlen));
+  for (int i = 0; i < k; ++i) lists[0].push_back({freq[order[size_t(i)]], i});
+  for (int t = 1; t < maxlen; ++t) {
+    const auto& prev = lists[size_t(t - 1)];
+    auto& cur = lists[size_t(t)];
+    size_t a = 0, p = 0;
+    const size_t np = prev.size() / 2;
+    while (a < size_t(k) || p < np) {
+      const bool take_leaf =
+          p >= np || (a < size_t(k) && freq[order[a]] <= prev[2 * p].w + prev[2 * p + 1].w);
+      if (take_leaf) {
+        cur.push_back({freq[order[a]], int(a)});
+        ++a;
+      } else {
+        cur.push_back({prev[2 * p].w + prev[2 * p + 1].w, -1 - int(2 * p)});
+        ++p;
+      }
+    }
+  }
+  std::vector<int> depth(static_cast<size_t>(k), 0);
+  // Count leaf occurrences under the first 2k-2 items of the last list.
+  std::vector<std::pair<int, int>> stack;  // (level, index)
+  for (int i = 0; i < 2 * k - 2; ++i) stack.push_back({maxlen - 1, i});
+  while (!stack.empty()) {
+    auto [t, i] = stack.back();
+    stack.pop_back();
+    const Item& it = lists[size_t(t)][size_t(i)];
+    if (it.ref >= 0) {
+      ++depth[size_t(it.ref)];
+    } else {
+      const int c = -1 - it.ref;
+      stack.push_back({t - 1, c});
+      stack.push_back({t - 1, c + 1});
+    }
+  }
+  for (int i = 0; i < k; ++i) len[order[size_t(i)]] = uint8_t(depth[size_t(i)]);
+}
+
+// ---- block-level API ----------------------------------------------------------------
+
+size_t lossless_static_bytes(DType dtype, int64_t n) {
+  check_count(n);
+  return size_t(make_layout(dtype, n).static_bytes);
+}
+
+size_t lossless_max_dynamic_bytes(DType dtype, int64_t n) {
+  check_count(n);
+  return size_t(make_layout(dtype, n).plain_bytes);
+}
+
+size_t lossless_encode(const void* values, DType dtype, int64_t n, uint8_t* out,
+                       const LosslessOptions& opt, LosslessBlockInfo* info) {
+  check_count(n);
+  return DQ_DISPATCH_DTYPE(dtype, T, [&] {
+    return encode_impl<T>(static_cast<const typename Split<T>::word*>(values), n, out, opt, info);
+  });
+}
+
+size_t lossless_dynamic_bytes(const uint8_t* static_part, DType dtype, int64_t n) {
+  check_count(n);
+  return check_header(static_part, dtype, make_layout(dtype, n)).dynamic_bytes;
+}
+
+void lossless_decode(const uint8_t* in, size_t in_bytes, DType dtype, int64_t n, void* values) {
+  check_count(n);
+  DQ_DISPATCH_DTYPE(dtype, T, [&] {
+    decode_impl<T>(in, in_bytes, n, static_cast<typename Split<T>::word*>(values));
+  });
+}
+
+ExpFormat lossless_format_of(const uint8_t* msg) { return ExpFormat(msg[3]); }
+
+// ---- the codec ---------------------------------------------------------------------
+
+namespace {
+
+struct Span {
+  int64_t e0, n;
+};
+
+Span span_of(const Plan& plan, const Block& b) {
+  if (!plan.order.empty() || !plan.bias.empty())
+    throw Error("lossless codec needs an identity plan (no reordering, no bias)");
+  int64_t e0 = b.w0 * plan.unit;
+  int64_t e1 = std::min<int64_t>(b.w1 * plan.unit, plan.numel);
+  if (e0 > e1) e0 = e1;
+  check_count(e1 - e0);
+  return {e0, e1 - e0};
+}
+
+}  // namespace
+
+Plan make_lossless_plan(DType dtype, int64_t numel, int num_chunks) {
+  return make_identity_plan(dtype, numel, num_chunks);
+}
+
+size_t LosslessCodec::static_bytes(const Plan& plan, const Block& b) const {
+  return lossless_static_bytes(plan.dtype, span_of(plan, b).n);
+}
+
+size_t LosslessCodec::max_dynamic_bytes(const Plan& plan, const Block& b) const {
+  return lossless_max_dynamic_bytes(plan.dtype, span_of(plan, b).n);
+}
+
+size_t LosslessCodec::dynamic_bytes(const uint8_t* static_part, const Plan& plan,
+                                    const Block& b) const {
+  return lossless_dynamic_bytes(static_part, plan.dtype, span_of(plan, b).n);
+}
+
+size_t LosslessCodec::compress(const Local& x, const Plan& plan, const Block& b, const RngCtx& rng,
+                               uint8_t* out) const {
+  const Span s = span_of(plan, b);
+  const size_t es = size_t(dtype_size(plan.dtype));
+  const void* values;
+  if (x.acc) {
+    // The identity codec's rounding of the float accumulator to the bucket dtype.
+    uint8_t* raw = grow(scratch().raw_out, size_t(s.n) * es);
+    id_.compress(x, plan, b, rng, raw);
+    values = raw;
+  } else {
+    values = static_cast<const uint8_t*>(x.bucket) + size_t(s.e0) * es;
+  }
+  return lossless_encode(values, plan.dtype, s.n, out, opt_);
+}
+
+void LosslessCodec::decompress(const uint8_t* in, size_t in_bytes, const Plan& plan, const Block& b,
+                               const Output& y) const {
+  const Span s = span_of(plan, b);
+  const size_t es = size_t(dtype_size(plan.dtype));
+  uint8_t* dst = static_cast<uint8_t*>(y.bucket) + size_t(s.e0) * es;
+  lossless_decode(in, in_bytes, plan.dtype, s.n, dst);
+  // Division for mean exactly as the identity codec does it (in place).
+  if (y.divisor != 1.0f) id_.decompress(dst, size_t(s.n) * es, plan, b, y);
+}
+
+void LosslessCodec::decompress_accumulate(const uint8_t* in, size_t in_bytes, const Local& x,
+                                          const Plan& plan, const Block& b, float* acc) const {
+  const Span s = span_of(plan, b);
+  const size_t bytes = size_t(s.n) * size_t(dtype_size(plan.dtype));
+  uint8_t* raw = grow(scratch().raw_in, bytes);
+  lossless_decode(in, in_bytes, plan.dtype, s.n, raw);
+  id_.decompress_accumulate(raw, bytes, x, plan, b, acc);
+}
+
+size_t LosslessCodec::decompress_accumulate_recompress(const uint8_t* in, size_t in_bytes,
+                                                       const Local& x, const Plan& plan,
+                                                       const Block& b, const RngCtx& rng,
+                                                       uint8_t* out) const {
+  const Span s = span_of(plan, b);
+  const size_t bytes = size_t(s.n) * size_t(dtype_size(plan.dtype));
+  Scratch& sc = scratch();
+  uint8_t* raw = grow(sc.raw_in, bytes);
+  lossless_decode(in, in_bytes, plan.dtype, s.n, raw);
+  uint8_t* sum = grow(sc.raw_out, bytes);
+  id_.decompress_accumulate_recompress(raw, bytes, x, plan, b, rng, sum);
+  return lossless_encode(sum, plan.dtype, s.n, out, opt_);
+}
+
+// ---- statistics -----------------------------------------------------------------------
+
+LosslessStats lossless_stats(const void* data, DType dtype, int64_t numel, int64_t block_bytes,
+                             const LosslessOptions& opt) {
+  DQ_CHECK(numel >= 0, "lossless_stats: numel must be >= 0");
+  DQ_CHECK(numel == 0 || data != nullptr, "lossless_stats: null data");
+  LosslessStats st;
+  st.dtype = dtype;
+  st.numel = numel;
+  const int64_t es = dtype_size(dtype);
+  st.raw_bytes = numel * es;
+  if (numel == 0) return st;
+  DQ_CHECK(block_bytes > 0, "lossless_stats: block_bytes must be positive");
+  // Blocks as the collective cuts one chunk: units of 256 values, about block_bytes raw each.
+  const int64_t unit = 256;
+  const int64_t units = ceil_div<int64_t>(numel, unit);
+  const int64_t per_block = std::max<int64_t>(1, block_bytes / (unit * es));
+  std::vector<uint8_t> msg;
+  uint64_t hist_all[256] = {0};
+  double block_entropy = 0.0;
+  for (int64_t u0 = 0; u0 < units; u0 += per_block) {
+    const int64_t e0 = u0 * unit;
+    const int64_t n = std::min(numel, (u0 + per_block) * unit) - e0;
+    msg.resize(lossless_static_bytes(dtype, n) + lossless_max_dynamic_bytes(dtype, n));
+    LosslessBlockInfo info;
+    const size_t bytes =
+        lossless_encode(static_cast<const uint8_t*>(data) + e0 * es, dtype, n, msg.data(), opt, &info);
+    st.blocks += 1;
+    st.coded_bytes += int64_t(bytes);
+    st.exponent_bytes += info.dynamic_bytes;
+    st.body_exponents += info.body;
+    st.blocks_by_format[int(info.format)] += 1;
+    block_entropy += info.entropy_bits;
+    // Exponents of the whole block (tail included) for the tensor's entropy.
+    DQ_DISPATCH_DTYPE(dtype, T, [&] {
+      using S = Split<T>;
+      const auto* v = reinterpret_cast<const typename S::word*>(static_cast<const uint8_t*>(data) + e0 * es);
+      for (int64_t i = 0; i < n; ++i) ++hist_all[S::exponent(v[i])];
+    });
+  }
+  double h = 0.0;
+  for (int s = 0; s < 256; ++s)
+    if (hist_all[s]) h -= double(hist_all[s]) * std::log2(double(hist_all[s]) / double(numel));
+  st.exponent_entropy = h / double(numel);
+  st.block_exponent_entropy = st.body_exponents ? block_entropy / double(st.body_exponents) : 0.0;
+  st.exponent_bits = st.body_exponents ? 8.0 * double(st.exponent_bytes) / double(st.body_exponents) : 0.0;
+  st.ratio = double(st.coded_bytes) / double(st.raw_bytes);
+  return st;
+}
+
+double zipccl_sigma_rule_bits(const void* data, DType dtype, int64_t numel) {
+  if (numel <= 0) return 0.0;
+  double ss = 0.0, sum = 0.0;
+  uint64_t hist[256] = {0};
+  DQ_DISPATCH_DTYPE(dtype, T, [&] {
+    using Tr = DTypeTraits<T>;
+    using S = Split<T>;
+    const auto* p = static_cast<const typename Tr::storage*>(data);
+    const auto* w = static_cast<const typename S::word*>(data);
+    for (int64_t i = 0; i < numel; ++i) {
+      const double v = Tr::load(p, i);
+      if (std::isfinite(v)) sum += v, ss += v * v;
+      ++hist[S::exponent(w[i])];
+    }
+  });
+  const double mean = sum / double(numel);
+  const double sigma = std::sqrt(std::max(0.0, ss / double(numel) - mean * mean));
+  const int bias = dtype == DType::kF16 ? 15 : 127;
+  const int alphabet = exp_alphabet(dtype);
+  int x0 = sigma > 0 ? int(std::floor(std::log2(sigma) - 5.35 + 0.5)) + bias : 0;
+  uint64_t covered = 0;
+  for (int e = x0; e < x0 + kZipCodes; ++e)
+    if (e >= 0 && e < alphabet) covered += hist[e];
+  const double esc = double(numel - int64_t(covered)) / double(numel);
+  return 3.0 + exp_bits(dtype) * esc;
+}
+
+}  // namespace dynamiq
