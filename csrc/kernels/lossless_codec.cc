@@ -92,7 +92,7 @@ void split_block(const typename Split<T>::word* v, const Layout& L, uint8_t* msg
       exps[i] = S::exponent(v[i]);
     }
   }
-  std::memcpy(msg + L.tail_offset, v + m, size_t(L.tail) * sizeof(typename S::word));
+  if (L.tail) std::memcpy(msg + L.tail_offset, v + m, size_t(L.tail) * sizeof(typename S::word));
 }
 
 template <DType T>
@@ -122,7 +122,7 @@ void merge_block(const uint8_t* msg, const Layout& L, const uint8_t* exps, typen
       v[i] = S::merge(exps[i], lo, hi[i]);
     }
   }
-  std::memcpy(v + m, msg + L.tail_offset, size_t(L.tail) * sizeof(typename S::word));
+  if (L.tail) std::memcpy(v + m, msg + L.tail_offset, size_t(L.tail) * sizeof(typename S::word));
 }
 
 // ---- exponent section encoders ----------------------------------------------------
@@ -251,7 +251,7 @@ size_t encode_impl(const typename Split<T>::word* v, int64_t n, uint8_t* out,
     case ExpFormat::kPlain:
       if constexpr (T == DType::kF16) {
         for (int64_t g = 0; g < L.groups; ++g) plain5_encode_group(exps, g, L.groups, sec);
-      } else {
+      } else if (m > 0) {
         std::memcpy(sec, exps, size_t(m));
       }
       dyn = L.plain_bytes;
@@ -342,7 +342,7 @@ void decode_exponents(ExpFormat f, DType dtype, const Layout& L, const uint8_t* 
     case ExpFormat::kPlain:
       if (dtype == DType::kF16) {
         for (int64_t g = 0; g < G; ++g) plain5_decode_group(sec, g, G, exps);
-      } else {
+      } else if (m > 0) {
         std::memcpy(exps, sec, size_t(m));
       }
       return;
