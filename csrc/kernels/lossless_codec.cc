@@ -37,18 +37,30 @@ void check_count(int64_t n) {
 
 // ---- histogram -------------------------------------------------------------------
 
+// Eight sub-histograms: exponents concentrate on a few values, and one table
+// would serialise on the store-to-load latency of the same counter.
 void histogram(const uint8_t* e, int64_t m, uint64_t* out /*256*/) {
-  uint32_t h[4][256];
+  uint32_t h[8][256];
   std::memset(h, 0, sizeof(h));
   int64_t i = 0;
-  for (; i + 4 <= m; i += 4) {
-    ++h[0][e[i]];
-    ++h[1][e[i + 1]];
-    ++h[2][e[i + 2]];
-    ++h[3][e[i + 3]];
+  for (; i + 8 <= m; i += 8) {
+    uint64_t x;
+    std::memcpy(&x, e + i, 8);
+    ++h[0][x & 0xff];
+    ++h[1][(x >> 8) & 0xff];
+    ++h[2][(x >> 16) & 0xff];
+    ++h[3][(x >> 24) & 0xff];
+    ++h[4][(x >> 32) & 0xff];
+    ++h[5][(x >> 40) & 0xff];
+    ++h[6][(x >> 48) & 0xff];
+    ++h[7][x >> 56];
   }
   for (; i < m; ++i) ++h[0][e[i]];
-  for (int s = 0; s < 256; ++s) out[s] = uint64_t(h[0][s]) + h[1][s] + h[2][s] + h[3][s];
+  for (int s = 0; s < 256; ++s) {
+    uint64_t t = 0;
+    for (int k = 0; k < 8; ++k) t += h[k][s];
+    out[s] = t;
+  }
 }
 
 // ---- split: values -> SM planes + tail + exponent bytes --------------------------
@@ -175,14 +187,48 @@ int64_t encode_huffman(const uint8_t* exps, const Layout& L, const Choice& c, ui
   std::memset(code, 0, sizeof(code));
   std::memset(len, 0, sizeof(len));
   huff_build_tables(k, c.syms, c.lens, nullptr, code, len);
+  uint32_t enc[256];  // code | length << 16: one load per symbol
+  for (int i = 0; i < 256; ++i) enc[i] = code[i] | (uint32_t(len[i]) << 16);
   uint8_t* meta = nib + (k + 1) / 2;
   uint8_t* out = meta + 2 * L.segments;
+  // Two segments at a time: two independent bit writers (more spill registers).
+  // Each writes to a private buffer with slack, then is copied into place.
+  constexpr int kLanes = 2;
+  constexpr int kLaneBytes = kSegment * kMaxCodeLen / 8 + 16;
+  alignas(64) uint8_t buf[kLanes][kLaneBytes];
   int64_t pos = 0;
-  for (int64_t s = 0; s < L.segments; ++s) {
-    const int cnt = segment_count(L.body, s);
-    const uint32_t b = huff_encode_segment(exps + s * kSegment, cnt, code, len, out + pos);
-    store_u16(meta + 2 * s, uint16_t(b));
-    pos += b;
+  for (int64_t s0 = 0; s0 < L.segments; s0 += kLanes) {
+    const int lanes = int(std::min<int64_t>(kLanes, L.segments - s0));
+    HuffWriter w[kLanes];
+    const uint8_t* sy[kLanes];
+    int cnt[kLanes];
+    int cmin = kSegment;
+    for (int l = 0; l < lanes; ++l) {
+      sy[l] = exps + (s0 + l) * kSegment;
+      cnt[l] = segment_count(L.body, s0 + l);
+      cmin = std::min(cmin, cnt[l]);
+    }
+    int i = 0;
+    if (lanes == kLanes) {
+      for (; i + 4 <= cmin; i += 4)
+        for (int l = 0; l < kLanes; ++l) {
+          for (int j = 0; j < 4; ++j) {
+            const uint32_t e = enc[sy[l][i + j]];
+            huff_put(w[l], e & 0xffffu, int(e >> 16));
+          }
+          huff_flush_slack(w[l], buf[l]);
+        }
+    }
+    for (int l = 0; l < lanes; ++l) {
+      for (int j = i; j < cnt[l]; ++j) {
+        huff_put(w[l], code[sy[l][j]], len[sy[l][j]]);
+        huff_flush_slack(w[l], buf[l]);
+      }
+      const uint32_t b = huff_finish(w[l], buf[l]);
+      std::memcpy(out + pos, buf[l], b);
+      store_u16(meta + 2 * (s0 + l), uint16_t(b));
+      pos += b;
+    }
   }
   return huff_header_bytes(L, k) + pos;
 }
@@ -397,17 +443,59 @@ void decode_exponents(ExpFormat f, DType dtype, const Layout& L, const uint8_t* 
       if (kraft > uint32_t(kDecodeTableSize)) bad("Huffman code lengths are over-subscribed");
       alignas(64) uint16_t table[kDecodeTableSize];
       huff_build_tables(k, sym, len, table, nullptr, nullptr);
+      // Multi-symbol table: worth its 2048 entries only for longer sections.
+      const bool multi = m >= 8 * kSegment;
+      alignas(64) uint32_t mtable[kDecodeTableSize];
+      if (multi)
+        for (uint32_t p = 0; p < uint32_t(kDecodeTableSize); ++p) mtable[p] = huff_multi_entry(table, p);
       const uint8_t* meta = sym + k + (k + 1) / 2;
       const uint8_t* streams = sec + hb;
       const uint64_t total = uint64_t(d - hb);
+      // Segment offsets first (checked), then four segments decoded in lockstep.
       uint64_t off = 0;
-      for (int64_t s = 0; s < S; ++s) {
-        const uint32_t sb = load_u16(meta + 2 * s);
-        if (off + sb > total) bad("Huffman segment lengths exceed the section");
-        if (!huff_decode_segment(streams + off, sb, total - off, segment_count(m, s), table,
-                                 exps + s * kSegment))
-          bad("invalid Huffman code stream in segment " + std::to_string(s));
-        off += sb;
+      constexpr int kLanes = 4;
+      for (int64_t s0 = 0; s0 < S; s0 += kLanes) {
+        const int lanes = int(std::min<int64_t>(kLanes, S - s0));
+        HuffReader r[kLanes];
+        uint32_t sb[kLanes];
+        int cnt[kLanes];
+        uint8_t* o[kLanes];
+        for (int l = 0; l < lanes; ++l) {
+          sb[l] = load_u16(meta + 2 * (s0 + l));
+          if (off + sb[l] > total) bad("Huffman segment lengths exceed the section");
+          r[l].seg = streams + off;
+          r[l].avail = total - off;
+          cnt[l] = segment_count(m, s0 + l);
+          o[l] = exps + (s0 + l) * kSegment;
+          off += sb[l];
+        }
+        int i = 0;
+        int pos[kLanes] = {0, 0, 0, 0};
+        if (lanes == kLanes && multi) {
+          // Up to 15 symbols per lane and round, writing at most 16 bytes.
+          const int cmin = std::min(std::min(cnt[0], cnt[1]), std::min(cnt[2], cnt[3]));
+          while (pos[0] + 16 <= cmin && pos[1] + 16 <= cmin && pos[2] + 16 <= cmin &&
+                 pos[3] + 16 <= cmin && huff_fast(r[0]) && huff_fast(r[1]) && huff_fast(r[2]) &&
+                 huff_fast(r[3]))
+            for (int l = 0; l < kLanes; ++l) pos[l] += huff_decode_multi5(r[l], mtable, o[l] + pos[l]);
+        } else if (lanes == kLanes) {
+          const int cmin = std::min(std::min(cnt[0], cnt[1]), std::min(cnt[2], cnt[3]));
+          while (i + 5 <= cmin && huff_fast(r[0]) && huff_fast(r[1]) && huff_fast(r[2]) && huff_fast(r[3])) {
+            for (int l = 0; l < kLanes; ++l) huff_decode5(r[l], table, o[l] + i);
+            i += 5;
+          }
+          for (int l = 0; l < kLanes; ++l) pos[l] = i;
+        }
+        for (int l = 0; l < lanes; ++l) {
+          int j = pos[l];
+          while (j + 5 <= cnt[l] && huff_fast(r[l])) {
+            huff_decode5(r[l], table, o[l] + j);
+            j += 5;
+          }
+          for (; j < cnt[l]; ++j) huff_decode1(r[l], table, o[l] + j);
+          if (!huff_reader_ok(r[l], sb[l]))
+            bad("invalid Huffman code stream in segment " + std::to_string(s0 + l));
+        }
       }
       if (off != total) bad("Huffman section longer than its segments");
       return;

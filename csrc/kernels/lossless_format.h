@@ -353,30 +353,56 @@ DQ_HD uint32_t reverse_bits(uint32_t code, int len) {
   return r;
 }
 
-// Encodes `count` symbols into out (LSB-first, codes already bit-reversed).
-// Writes exactly ceil(bits / 8) bytes and returns that number.
-DQ_HD uint32_t huff_encode_segment(const uint8_t* syms, int count, const uint16_t* code,
-                                   const uint8_t* len, uint8_t* out) {
+// Bit writer: codes are appended LSB first; at most 63 bits are pending.
+struct HuffWriter {
   uint64_t acc = 0;
   int nbits = 0;
-  uint32_t pos = 0;
+  uint32_t pos = 0;  // bytes written
+};
+DQ_HD void huff_put(HuffWriter& w, uint32_t code, int len) {
+  w.acc |= uint64_t(code) << w.nbits;
+  w.nbits += len;
+}
+// Writes 4 bytes if at least 32 bits are pending (exact: never writes past them).
+DQ_HD void huff_flush32(HuffWriter& w, uint8_t* out) {
+  if (w.nbits >= 32) {
+    store_u32(out + w.pos, uint32_t(w.acc));
+    w.pos += 4;
+    w.acc >>= 32;
+    w.nbits -= 32;
+  }
+}
+// Branch-free flush of every complete byte; stores 8 bytes, so `out` needs 8
+// bytes of slack past the stream (the CPU encoder writes to a private buffer).
+DQ_HD void huff_flush_slack(HuffWriter& w, uint8_t* out) {
+  store_u64(out + w.pos, w.acc);
+  const int bytes = w.nbits >> 3;
+  w.pos += uint32_t(bytes);
+  w.acc >>= 8 * bytes;  // bytes <= 7: at most 63 bits pending
+  w.nbits &= 7;
+}
+// Writes the remaining bits (the last byte zero-padded); returns the stream bytes.
+DQ_HD uint32_t huff_finish(HuffWriter& w, uint8_t* out) {
+  while (w.nbits > 0) {
+    out[w.pos++] = uint8_t(w.acc);
+    w.acc >>= 8;
+    w.nbits -= 8;
+  }
+  w.nbits = 0;
+  return w.pos;
+}
+
+// Encodes `count` symbols into out (codes already bit-reversed). Writes
+// exactly ceil(bits / 8) bytes and returns that number. (GPU: one thread per
+// segment; the CPU interleaves segments with the same huff_put.)
+DQ_HD uint32_t huff_encode_segment(const uint8_t* syms, int count, const uint16_t* code,
+                                   const uint8_t* len, uint8_t* out) {
+  HuffWriter w;
   for (int i = 0; i < count; ++i) {
-    const uint8_t s = syms[i];
-    acc |= uint64_t(code[s]) << nbits;
-    nbits += len[s];
-    if (nbits >= 32) {
-      store_u32(out + pos, uint32_t(acc));
-      pos += 4;
-      acc >>= 32;
-      nbits -= 32;
-    }
+    huff_put(w, code[syms[i]], len[syms[i]]);
+    huff_flush32(w, out);
   }
-  while (nbits > 0) {
-    out[pos++] = uint8_t(acc);
-    acc >>= 8;
-    nbits -= 8;
-  }
-  return pos;
+  return huff_finish(w, out);
 }
 
 // Bits of a segment's stream (before byte alignment).
@@ -386,39 +412,105 @@ DQ_HD uint64_t huff_segment_bits(const uint8_t* syms, int count, const uint8_t* 
   return b;
 }
 
-// Decodes `count` symbols from the stream at seg, which holds seg_bytes bytes;
-// `avail` bytes from seg may be read (>= seg_bytes; reads beyond it never
-// happen). table[peek of 11 bits] = symbol | length << 8, length 0 = invalid.
-// Returns false unless every code is valid and the stream is exactly consumed.
-DQ_HD bool huff_decode_segment(const uint8_t* seg, uint32_t seg_bytes, uint64_t avail, int count,
-                               const uint16_t* table, uint8_t* syms) {
+// Bit reader over one segment's stream. `avail` bytes from seg may be read
+// (>= the segment's own bytes); nothing past them is ever touched.
+struct HuffReader {
+  const uint8_t* seg = nullptr;
+  uint64_t avail = 0;
+  uint64_t pos = 0;   // bits consumed
+  uint32_t bad = 0;   // an invalid code was seen
+};
+// True if the next 8 bytes are readable: then huff_decode5 may run.
+DQ_HD bool huff_fast(const HuffReader& r) { return (r.pos >> 3) + 8 <= r.avail; }
+// Five symbols from one 8-byte load (>= 57 bits, 5 codes of <= 11 bits).
+// table[peek of 11 bits] = symbol | length << 8, length 0 = invalid.
+DQ_HD void huff_decode5(HuffReader& r, const uint16_t* table, uint8_t* out) {
   constexpr uint32_t kMask = kDecodeTableSize - 1;
-  uint64_t pos = 0;  // bits consumed
-  uint32_t bad = 0;
-  int i = 0;
-  // Fast path: one 8-byte load gives >= 57 bits, enough for 5 codes of <= 11 bits.
-  while (i + 5 <= count && (pos >> 3) + 8 <= avail) {
-    uint64_t w = load_u64(seg + (pos >> 3)) >> (pos & 7);
-    for (int j = 0; j < 5; ++j) {
-      const uint32_t e = table[uint32_t(w) & kMask];
-      const uint32_t l = e >> 8;
-      bad |= uint32_t(l == 0);
-      syms[i + j] = uint8_t(e);
-      w >>= l;
-      pos += l;
-    }
-    i += 5;
-  }
-  for (; i < count; ++i) {
-    const uint64_t byte = pos >> 3;
-    const uint64_t w = (byte < avail ? load_u64_bounded(seg + byte, avail - byte) : 0) >> (pos & 7);
+  uint64_t w = load_u64(r.seg + (r.pos >> 3)) >> (r.pos & 7);
+  uint32_t used = 0, bad = 0;
+  for (int j = 0; j < 5; ++j) {
     const uint32_t e = table[uint32_t(w) & kMask];
     const uint32_t l = e >> 8;
     bad |= uint32_t(l == 0);
-    syms[i] = uint8_t(e);
-    pos += l;
+    out[j] = uint8_t(e);
+    w >>= l;
+    used += l;
   }
-  return bad == 0 && (pos + 7) / 8 == seg_bytes;
+  r.pos += used;
+  r.bad |= bad;
+}
+// One symbol with a bounded load (stream ends).
+DQ_HD void huff_decode1(HuffReader& r, const uint16_t* table, uint8_t* out) {
+  constexpr uint32_t kMask = kDecodeTableSize - 1;
+  const uint64_t byte = r.pos >> 3;
+  const uint64_t w = (byte < r.avail ? load_u64_bounded(r.seg + byte, r.avail - byte) : 0) >> (r.pos & 7);
+  const uint32_t e = table[uint32_t(w) & kMask];
+  const uint32_t l = e >> 8;
+  r.bad |= uint32_t(l == 0);
+  *out = uint8_t(e);
+  r.pos += l;
+}
+// Valid iff every code was valid and the stream's seg_bytes were exactly consumed.
+DQ_HD bool huff_reader_ok(const HuffReader& r, uint32_t seg_bytes) {
+  return r.bad == 0 && (r.pos + 7) / 8 == seg_bytes;
+}
+
+// Multi-symbol decoding (CPU fast path): mtable[peek of 11 bits] holds up to
+// three whole codes that fit in those 11 bits:
+//   bits 0..23 the symbols, 24..27 bits consumed, 28..29 symbol count (1..3),
+//   bit 31 set if the first code is invalid (count 1, so decoding progresses).
+constexpr uint32_t kMultiInvalid = 1u << 31;
+DQ_HD uint32_t huff_multi_entry(const uint16_t* table, uint32_t peek) {
+  constexpr uint32_t kMask = kDecodeTableSize - 1;
+  const uint32_t e = table[peek & kMask];
+  uint32_t used = e >> 8;
+  if (used == 0) return kMultiInvalid | (1u << 28) | (1u << 24);
+  uint32_t out = e & 0xffu, n = 1;
+  while (n < 3) {
+    const uint32_t f = table[(peek >> used) & kMask];
+    const uint32_t l = f >> 8;
+    if (l == 0 || used + l > uint32_t(kMaxCodeLen)) break;
+    out |= (f & 0xffu) << (8 * n);
+    used += l;
+    ++n;
+  }
+  return out | (used << 24) | (n << 28);
+}
+// Five lookups from one 8-byte load; writes 4 bytes per lookup at out[n]
+// (so out needs 16 bytes of room); returns the symbols produced (5..15).
+DQ_HD int huff_decode_multi5(HuffReader& r, const uint32_t* mtable, uint8_t* out) {
+  constexpr uint32_t kMask = kDecodeTableSize - 1;
+  uint64_t w = load_u64(r.seg + (r.pos >> 3)) >> (r.pos & 7);
+  uint32_t used = 0, bad = 0;
+  int n = 0;
+  for (int j = 0; j < 5; ++j) {
+    const uint32_t e = mtable[uint32_t(w) & kMask];
+    store_u32(out + n, e);
+    const uint32_t l = (e >> 24) & 0xfu;
+    n += int((e >> 28) & 3u);
+    bad |= e >> 31;
+    w >>= l;
+    used += l;
+  }
+  r.pos += used;
+  r.bad |= bad;
+  return n;
+}
+
+// Decodes `count` symbols of one segment (seg_bytes long; `avail` readable).
+// Returns false unless every code is valid and the stream is exactly consumed.
+DQ_HD bool huff_decode_segment(const uint8_t* seg, uint32_t seg_bytes, uint64_t avail, int count,
+                               const uint16_t* table, uint8_t* syms) {
+  HuffReader r;
+  r.seg = seg;
+  r.avail = avail;
+  int i = 0;
+  while (i + 5 <= count && huff_fast(r)) {
+    huff_decode5(r, table, syms + i);
+    i += 5;
+  }
+  for (; i < count; ++i) huff_decode1(r, table, syms + i);
+  return huff_reader_ok(r, seg_bytes);
 }
 
 // Fills the decode table from canonical code lengths. sym[i] strictly

@@ -429,6 +429,47 @@ TEST(LosslessShared, SplitAndMergeGroupsMatchTheCpuLoops) {
   }
 }
 
+TEST(LosslessShared, HuffmanSectionMatchesTheSingleSegmentReference) {
+  // The CPU encoder interleaves segments and the decoder uses a multi-symbol
+  // table; the GPU runs huff_encode_segment / huff_decode_segment per
+  // segment. Both must give the same bytes and symbols.
+  for (DType t : {DType::kBF16, DType::kF16, DType::kF32})
+    for (int64_t n : {int64_t(1000), int64_t(8 * 1024 * 5 + 24), int64_t(131072)}) {
+      Tensor x = gaussian(t, n, 1e-3f, uint32_t(n));
+      std::mt19937 g(1);
+      for (int64_t i = 0; i < n; i += 29) x.set(i, uint32_t(g()));  // long codes too
+      Coded c = encode(x, kHuffOnly);
+      ASSERT_EQ(c.info.format, ExpFormat::kHuffman);
+      const lossless::Layout L = lossless::make_layout(t, n);
+      const uint8_t* sec = c.msg.data() + L.static_bytes;
+      const int64_t d = int64_t(c.msg.size()) - L.static_bytes;
+      const int k = sec[0] + 1;
+      std::vector<uint8_t> len(static_cast<size_t>(k));
+      for (int i = 0; i < k; ++i) len[size_t(i)] = uint8_t((sec[1 + k + i / 2] >> (4 * (i & 1))) & 0xf);
+      uint16_t code[256] = {}, table[lossless::kDecodeTableSize];
+      uint8_t clen[256] = {};
+      lossless::huff_build_tables(k, sec + 1, len.data(), table, code, clen);
+      const int64_t hb = 1 + k + (k + 1) / 2 + 2 * L.segments;
+      std::vector<uint8_t> exps(size_t(L.body)), ref(size_t(L.body));
+      for (int64_t i = 0; i < L.body; ++i) ref[size_t(i)] = uint8_t(exponent_of(t, x.word(i)));
+      std::vector<uint8_t> stream(size_t(d - hb) + 64);
+      uint64_t off = 0;
+      for (int64_t s = 0; s < L.segments; ++s) {
+        const int cnt = lossless::segment_count(L.body, s);
+        const uint32_t sb = lossless::load_u16(sec + 1 + k + (k + 1) / 2 + 2 * s);
+        const uint32_t rb = lossless::huff_encode_segment(ref.data() + s * 1024, cnt, code, clen,
+                                                          stream.data() + off);
+        ASSERT_EQ(rb, sb) << "segment " << s;
+        ASSERT_TRUE(lossless::huff_decode_segment(sec + hb + off, sb, uint64_t(d - hb) - off, cnt,
+                                                  table, exps.data() + s * 1024));
+        off += sb;
+      }
+      ASSERT_EQ(int64_t(off), d - hb);
+      EXPECT_TRUE(std::equal(stream.begin(), stream.begin() + long(off), sec + hb));
+      EXPECT_EQ(exps, ref);
+    }
+}
+
 // ---- the codec reproduces the identity codec's arithmetic bit for bit ---------------------
 
 Tensor nasty(DType t, int64_t n, uint32_t seed) {
