@@ -137,29 +137,16 @@ void merge_block(const uint8_t* msg, const Layout& L, const uint8_t* exps, typen
   if (L.tail) std::memcpy(v + m, msg + L.tail_offset, size_t(L.tail) * sizeof(typename S::word));
 }
 
-// ---- exponent section encoders ----------------------------------------------------
+// ---- exponent section encoders (CPU loops) ------------------------------------------
 
 int64_t zip_section_bytes(const Layout& L, int64_t n_esc) {
   return kZipTableBytes + 2 * L.segments + 3 * L.groups + n_esc;
 }
 int64_t huff_header_bytes(const Layout& L, int k) { return 1 + k + (k + 1) / 2 + 2 * L.segments; }
 
-struct Choice {
-  ExpFormat format = ExpFormat::kPlain;
-  int k = 0;                   // distinct symbols
-  uint8_t syms[256] = {};      // distinct symbols, ascending
-  uint64_t freq[256] = {};     // their counts
-  uint8_t top[kZipCodes] = {}; // zip: symbols of codes 1..7
-  int64_t n_esc = 0;
-  uint8_t lens[256] = {};      // huffman lengths (parallel to syms)
-};
-
-void encode_zip(const uint8_t* exps, const Layout& L, const Choice& c, uint8_t* sec) {
-  uint8_t code_of[256];
-  std::memset(code_of, 0, sizeof(code_of));
-  for (int i = 0; i < kZipCodes; ++i) sec[i] = c.top[i];
-  sec[kZipCodes] = 0;
-  for (int i = 0; i < std::min(c.k, kZipCodes); ++i) code_of[c.top[i]] = uint8_t(i + 1);
+void encode_zip(const uint8_t* exps, const LosslessEncodePlan& p, uint8_t* sec) {
+  const Layout& L = p.layout;
+  std::memcpy(sec, p.prefix, kZipTableBytes);
   uint8_t* meta = sec + kZipTableBytes;
   uint8_t* planes = meta + 2 * L.segments;
   uint8_t* esc = planes + 3 * L.groups;
@@ -169,29 +156,20 @@ void encode_zip(const uint8_t* exps, const Layout& L, const Choice& c, uint8_t* 
     const uint32_t before = n_esc;
     const int64_t g0 = s * (kSegment / kGroup);
     const int64_t g1 = std::min<int64_t>(G, g0 + kSegment / kGroup);
-    for (int64_t g = g0; g < g1; ++g) zip_encode_group(exps, g, G, code_of, planes, esc, &n_esc);
+    for (int64_t g = g0; g < g1; ++g) zip_encode_group(exps, g, G, p.zip_code_of, planes, esc, &n_esc);
     store_u16(meta + 2 * s, uint16_t(n_esc - before));
   }
 }
 
 // Returns the section size.
-int64_t encode_huffman(const uint8_t* exps, const Layout& L, const Choice& c, uint8_t* sec) {
-  const int k = c.k;
-  sec[0] = uint8_t(k - 1);
-  std::memcpy(sec + 1, c.syms, size_t(k));
-  uint8_t* nib = sec + 1 + k;
-  std::memset(nib, 0, size_t((k + 1) / 2));
-  for (int i = 0; i < k; ++i) nib[i / 2] |= uint8_t(c.lens[i] << (4 * (i & 1)));
-  uint16_t code[256];
-  uint8_t len[256];
-  std::memset(code, 0, sizeof(code));
-  std::memset(len, 0, sizeof(len));
-  huff_build_tables(k, c.syms, c.lens, nullptr, code, len);
+int64_t encode_huffman(const uint8_t* exps, const LosslessEncodePlan& p, uint8_t* sec) {
+  const Layout& L = p.layout;
+  std::memcpy(sec, p.prefix, size_t(p.prefix_bytes));
   uint32_t enc[256];  // code | length << 16: one load per symbol
-  for (int i = 0; i < 256; ++i) enc[i] = code[i] | (uint32_t(len[i]) << 16);
-  uint8_t* meta = nib + (k + 1) / 2;
+  for (int i = 0; i < 256; ++i) enc[i] = p.huff_code[i] | (uint32_t(p.huff_len[i]) << 16);
+  uint8_t* meta = sec + p.prefix_bytes;
   uint8_t* out = meta + 2 * L.segments;
-  // Two segments at a time: two independent bit writers (more spill registers).
+  // Two segments at a time: two independent bit writers (four spill registers).
   // Each writes to a private buffer with slack, then is copied into place.
   constexpr int kLanes = 2;
   constexpr int kLaneBytes = kSegment * kMaxCodeLen / 8 + 16;
@@ -221,7 +199,8 @@ int64_t encode_huffman(const uint8_t* exps, const Layout& L, const Choice& c, ui
     }
     for (int l = 0; l < lanes; ++l) {
       for (int j = i; j < cnt[l]; ++j) {
-        huff_put(w[l], code[sy[l][j]], len[sy[l][j]]);
+        const uint32_t e = enc[sy[l][j]];
+        huff_put(w[l], e & 0xffffu, int(e >> 16));
         huff_flush_slack(w[l], buf[l]);
       }
       const uint32_t b = huff_finish(w[l], buf[l]);
@@ -230,7 +209,7 @@ int64_t encode_huffman(const uint8_t* exps, const Layout& L, const Choice& c, ui
       pos += b;
     }
   }
-  return huff_header_bytes(L, k) + pos;
+  return p.prefix_bytes + 2 * L.segments + pos;
 }
 
 template <DType T>
@@ -240,60 +219,14 @@ size_t encode_impl(const typename Split<T>::word* v, int64_t n, uint8_t* out,
   const int64_t m = L.body;
   uint8_t* exps = grow(scratch().exps, size_t(m));
   split_block<T>(v, L, out, exps);
-
-  Choice c;
-  int64_t best = L.plain_bytes;
-  int64_t cand[kNumFormats] = {L.plain_bytes, -1, -1, -1};
-  double entropy = 0.0;
-  if (m > 0) {
-    uint64_t hist[256];
-    histogram(exps, m, hist);
-    for (int s = 0; s < 256; ++s)
-      if (hist[s]) {
-        c.syms[c.k] = uint8_t(s);
-        c.freq[c.k] = hist[s];
-        ++c.k;
-        entropy -= double(hist[s]) * std::log2(double(hist[s]) / double(m));
-      }
-    const bool allow_const = opt.formats & (1u << int(ExpFormat::kConst));
-    const bool allow_zip = opt.formats & (1u << int(ExpFormat::kZip));
-    const bool allow_huff = opt.formats & (1u << int(ExpFormat::kHuffman));
-    if (c.k == 1 && allow_const) {
-      cand[int(ExpFormat::kConst)] = 1;
-      if (1 < best) best = 1, c.format = ExpFormat::kConst;
-    }
-    if (allow_zip) {
-      // The 7 most frequent exponents (ties: smaller exponent first).
-      int idx[256];
-      for (int i = 0; i < c.k; ++i) idx[i] = i;
-      const int t = std::min(c.k, kZipCodes);
-      std::partial_sort(idx, idx + t, idx + c.k, [&](int a, int b) {
-        return c.freq[a] != c.freq[b] ? c.freq[a] > c.freq[b] : a < b;
-      });
-      uint64_t covered = 0;
-      for (int i = 0; i < t; ++i) {
-        c.top[i] = c.syms[idx[i]];
-        covered += c.freq[idx[i]];
-      }
-      c.n_esc = m - int64_t(covered);
-      const int64_t z = zip_section_bytes(L, c.n_esc);
-      cand[int(ExpFormat::kZip)] = z;
-      if (z < best) best = z, c.format = ExpFormat::kZip;
-    }
-    if (allow_huff && c.k >= 2) {
-      lossless_code_lengths(c.freq, c.k, kMaxCodeLen, c.lens);
-      uint64_t bits = 0;
-      for (int i = 0; i < c.k; ++i) bits += c.freq[i] * c.lens[i];
-      // Byte alignment adds < 1 byte per segment: an upper bound, exact after encoding.
-      const int64_t h = huff_header_bytes(L, c.k) + int64_t((bits + 7 * uint64_t(L.segments)) / 8);
-      cand[int(ExpFormat::kHuffman)] = h;
-      if (h < best) best = h, c.format = ExpFormat::kHuffman;
-    }
-  }
+  uint64_t hist[256];
+  histogram(exps, m, hist);
+  thread_local LosslessEncodePlan p;
+  lossless_plan_encode(T, n, hist, opt, p);
 
   uint8_t* sec = out + L.static_bytes;
   int64_t dyn = 0;
-  switch (c.format) {
+  switch (p.format) {
     case ExpFormat::kPlain:
       if constexpr (T == DType::kF16) {
         for (int64_t g = 0; g < L.groups; ++g) plain5_encode_group(exps, g, L.groups, sec);
@@ -303,46 +236,35 @@ size_t encode_impl(const typename Split<T>::word* v, int64_t n, uint8_t* out,
       dyn = L.plain_bytes;
       break;
     case ExpFormat::kConst:
-      sec[0] = c.syms[0];
+      sec[0] = p.syms[0];
       dyn = 1;
       break;
     case ExpFormat::kZip:
-      encode_zip(exps, L, c, sec);
-      dyn = zip_section_bytes(L, c.n_esc);
+      encode_zip(exps, p, sec);
+      dyn = p.section_bytes;
       break;
     case ExpFormat::kHuffman:
-      dyn = encode_huffman(exps, L, c, sec);
-      if (dyn > best) throw Error("lossless: Huffman section exceeded its bound (bug)");
-      cand[int(ExpFormat::kHuffman)] = dyn;
+      dyn = encode_huffman(exps, p, sec);
+      if (dyn > p.section_bytes) throw Error("lossless: Huffman section exceeded its bound (bug)");
       break;
   }
-
-  Header h{};
-  h.magic = kMagic;
-  h.version = kVersion;
-  h.dtype = uint8_t(T);
-  h.format = uint8_t(c.format);
-  h.count = uint32_t(n);
-  h.dynamic_bytes = uint32_t(dyn);
-  h.reserved = 0;
-  std::memcpy(out, &h, kHeaderBytes);
-  h.check = crc16(out, kHeaderBytes - 2);
-  std::memcpy(out, &h, kHeaderBytes);
+  lossless_write_header(out, T, n, p.format, uint32_t(dyn));
 
   if (info) {
-    info->format = c.format;
+    info->format = p.format;
     info->count = n;
     info->body = m;
     info->static_bytes = L.static_bytes;
     info->dynamic_bytes = dyn;
-    info->distinct = c.k;
-    info->entropy_bits = entropy;
-    for (int f = 0; f < kNumFormats; ++f) info->candidate_bytes[f] = cand[f];
+    info->distinct = p.k;
+    info->entropy_bits = p.entropy_bits;
+    for (int f = 0; f < kNumFormats; ++f) info->candidate_bytes[f] = p.candidate_bytes[f];
+    if (p.format == ExpFormat::kHuffman) info->candidate_bytes[int(ExpFormat::kHuffman)] = dyn;
   }
   return size_t(L.static_bytes + dyn);
 }
 
-// ---- validation and decoding ----------------------------------------------------
+// ---- header validation -------------------------------------------------------------
 
 Header check_header(const uint8_t* p, DType dtype, const Layout& L) {
   Header h;
@@ -364,7 +286,9 @@ Header check_header(const uint8_t* p, DType dtype, const Layout& L) {
         std::to_string(L.plain_bytes));
   switch (ExpFormat(h.format)) {
     case ExpFormat::kPlain:
-      if (d != L.plain_bytes) bad("plain exponent section of " + std::to_string(d) + " bytes, expected " + std::to_string(L.plain_bytes));
+      if (d != L.plain_bytes)
+        bad("plain exponent section of " + std::to_string(d) + " bytes, expected " +
+            std::to_string(L.plain_bytes));
       break;
     case ExpFormat::kConst:
       if (L.body == 0 || d != 1) bad("constant exponent section of " + std::to_string(d) + " bytes");
@@ -379,12 +303,12 @@ Header check_header(const uint8_t* p, DType dtype, const Layout& L) {
   return h;
 }
 
-// Decodes the exponent section into exps (m bytes). sec holds d bytes.
-void decode_exponents(ExpFormat f, DType dtype, const Layout& L, const uint8_t* sec, int64_t d,
-                      uint8_t* exps) {
+// ---- decoding (CPU loops over a parsed plan) ------------------------------------------
+
+void decode_exponents(const LosslessDecodePlan& P, DType dtype, const uint8_t* sec, uint8_t* exps) {
+  const Layout& L = P.layout;
   const int64_t m = L.body, G = L.groups, S = L.segments;
-  const int alphabet = exp_alphabet(dtype);
-  switch (f) {
+  switch (P.format) {
     case ExpFormat::kPlain:
       if (dtype == DType::kF16) {
         for (int64_t g = 0; g < G; ++g) plain5_decode_group(sec, g, G, exps);
@@ -393,66 +317,32 @@ void decode_exponents(ExpFormat f, DType dtype, const Layout& L, const uint8_t* 
       }
       return;
     case ExpFormat::kConst:
-      if (sec[0] >= alphabet) bad("constant exponent out of range");
-      std::memset(exps, sec[0], size_t(m));
+      std::memset(exps, P.constant, size_t(m));
       return;
     case ExpFormat::kZip: {
-      uint8_t table[8];
-      table[0] = 0;
-      for (int i = 0; i < kZipCodes; ++i) {
-        if (sec[i] >= alphabet) bad("zip table exponent out of range");
-        table[i + 1] = sec[i];
-      }
-      if (sec[kZipCodes] != 0) bad("zip table padding is not zero");
-      const uint8_t* meta = sec + kZipTableBytes;
-      const uint8_t* planes = meta + 2 * S;
-      const uint8_t* esc = planes + 3 * G;
-      const int64_t n_esc = d - zip_section_bytes(L, 0);
-      uint32_t pos = 0;
+      const uint8_t* planes = sec + P.planes_offset;
+      const uint8_t* esc = sec + P.payload_offset;
       for (int64_t s = 0; s < S; ++s) {
-        const uint32_t cnt = load_u16(meta + 2 * s);
-        if (cnt > uint32_t(segment_count(m, s))) bad("zip segment escape count out of range");
-        const uint32_t end = pos + cnt;
-        if (int64_t(end) > n_esc) bad("zip escape counts exceed the escape list");
+        uint32_t pos = P.seg_start[size_t(s)];
+        const uint32_t end = P.seg_start[size_t(s) + 1];
         const int64_t g0 = s * (kSegment / kGroup);
         const int64_t g1 = std::min<int64_t>(G, g0 + kSegment / kGroup);
         bool ok = true;
-        for (int64_t g = g0; g < g1; ++g) ok &= zip_decode_group(planes, g, G, table, esc, &pos, end, exps);
+        for (int64_t g = g0; g < g1; ++g) ok &= zip_decode_group(planes, g, G, P.zip_table, esc, &pos, end, exps);
         if (!ok || pos != end) bad("zip escape codes disagree with the segment's escape count");
       }
-      if (int64_t(pos) != n_esc) bad("zip escape list longer than its codes");
       return;
     }
     case ExpFormat::kHuffman: {
-      const int k = int(sec[0]) + 1;
-      if (k < 2 || k > alphabet) bad("Huffman table with " + std::to_string(k) + " symbols");
-      const int64_t hb = huff_header_bytes(L, k);
-      if (hb > d) bad("Huffman table larger than its section");
-      const uint8_t* sym = sec + 1;
-      const uint8_t* nib = sym + k;
-      uint8_t len[256];
-      uint32_t kraft = 0;
-      for (int i = 0; i < k; ++i) {
-        if (sym[i] >= alphabet) bad("Huffman symbol out of range");
-        if (i > 0 && sym[i] <= sym[i - 1]) bad("Huffman symbols not strictly increasing");
-        len[i] = uint8_t((nib[i / 2] >> (4 * (i & 1))) & 0xf);
-        if (len[i] < 1 || len[i] > kMaxCodeLen) bad("Huffman code length out of range");
-        kraft += 1u << (kMaxCodeLen - len[i]);
-      }
-      if ((k & 1) && (nib[k / 2] >> 4) != 0) bad("Huffman length padding is not zero");
-      if (kraft > uint32_t(kDecodeTableSize)) bad("Huffman code lengths are over-subscribed");
-      alignas(64) uint16_t table[kDecodeTableSize];
-      huff_build_tables(k, sym, len, table, nullptr, nullptr);
+      const uint16_t* table = P.huff_table.data();
+      const uint8_t* streams = sec + P.payload_offset;
+      const uint64_t total = uint64_t(P.payload_bytes);
       // Multi-symbol table: worth its 2048 entries only for longer sections.
       const bool multi = m >= 8 * kSegment;
       alignas(64) uint32_t mtable[kDecodeTableSize];
       if (multi)
-        for (uint32_t p = 0; p < uint32_t(kDecodeTableSize); ++p) mtable[p] = huff_multi_entry(table, p);
-      const uint8_t* meta = sym + k + (k + 1) / 2;
-      const uint8_t* streams = sec + hb;
-      const uint64_t total = uint64_t(d - hb);
-      // Segment offsets first (checked), then four segments decoded in lockstep.
-      uint64_t off = 0;
+        for (uint32_t q = 0; q < uint32_t(kDecodeTableSize); ++q) mtable[q] = huff_multi_entry(table, q);
+      // Four segments in lockstep: four independent lookup chains.
       constexpr int kLanes = 4;
       for (int64_t s0 = 0; s0 < S; s0 += kLanes) {
         const int lanes = int(std::min<int64_t>(kLanes, S - s0));
@@ -461,15 +351,13 @@ void decode_exponents(ExpFormat f, DType dtype, const Layout& L, const uint8_t* 
         int cnt[kLanes];
         uint8_t* o[kLanes];
         for (int l = 0; l < lanes; ++l) {
-          sb[l] = load_u16(meta + 2 * (s0 + l));
-          if (off + sb[l] > total) bad("Huffman segment lengths exceed the section");
-          r[l].seg = streams + off;
-          r[l].avail = total - off;
+          const uint32_t b = P.seg_start[size_t(s0 + l)];
+          sb[l] = P.seg_start[size_t(s0 + l) + 1] - b;
+          r[l].seg = streams + b;
+          r[l].avail = total - b;
           cnt[l] = segment_count(m, s0 + l);
           o[l] = exps + (s0 + l) * kSegment;
-          off += sb[l];
         }
-        int i = 0;
         int pos[kLanes] = {0, 0, 0, 0};
         if (lanes == kLanes && multi) {
           // Up to 15 symbols per lane and round, writing at most 16 bytes.
@@ -480,6 +368,7 @@ void decode_exponents(ExpFormat f, DType dtype, const Layout& L, const uint8_t* 
             for (int l = 0; l < kLanes; ++l) pos[l] += huff_decode_multi5(r[l], mtable, o[l] + pos[l]);
         } else if (lanes == kLanes) {
           const int cmin = std::min(std::min(cnt[0], cnt[1]), std::min(cnt[2], cnt[3]));
+          int i = 0;
           while (i + 5 <= cmin && huff_fast(r[0]) && huff_fast(r[1]) && huff_fast(r[2]) && huff_fast(r[3])) {
             for (int l = 0; l < kLanes; ++l) huff_decode5(r[l], table, o[l] + i);
             i += 5;
@@ -497,7 +386,6 @@ void decode_exponents(ExpFormat f, DType dtype, const Layout& L, const uint8_t* 
             bad("invalid Huffman code stream in segment " + std::to_string(s0 + l));
         }
       }
-      if (off != total) bad("Huffman section longer than its segments");
       return;
     }
   }
@@ -505,21 +393,16 @@ void decode_exponents(ExpFormat f, DType dtype, const Layout& L, const uint8_t* 
 
 template <DType T>
 void decode_impl(const uint8_t* in, size_t in_bytes, int64_t n, typename Split<T>::word* v) {
-  const Layout L = make_layout(T, n);
-  if (in_bytes < size_t(L.static_bytes))
-    bad("truncated message: " + std::to_string(in_bytes) + " bytes, the static part alone is " +
-        std::to_string(L.static_bytes));
-  const Header h = check_header(in, T, L);
-  if (in_bytes != size_t(L.static_bytes) + h.dynamic_bytes)
-    bad("message of " + std::to_string(in_bytes) + " bytes, header announces " +
-        std::to_string(L.static_bytes + int64_t(h.dynamic_bytes)));
+  thread_local LosslessDecodePlan P;
+  lossless_parse(in, in_bytes, T, n, P);
+  const Layout& L = P.layout;
   const uint8_t* sec = in + L.static_bytes;
   const uint8_t* exps;
-  if (ExpFormat(h.format) == ExpFormat::kPlain && T != DType::kF16) {
+  if (P.format == ExpFormat::kPlain && T != DType::kF16) {
     exps = sec;  // one exponent per byte already
   } else {
     uint8_t* e = grow(scratch().exps, size_t(L.body));
-    decode_exponents(ExpFormat(h.format), T, L, sec, h.dynamic_bytes, e);
+    decode_exponents(P, T, sec, e);
     exps = e;
   }
   merge_block<T>(in, L, exps, v);
@@ -577,6 +460,196 @@ void lossless_code_lengths(const uint64_t* freq, int k, int maxlen, uint8_t* len
     }
   }
   for (int i = 0; i < k; ++i) len[order[size_t(i)]] = uint8_t(depth[size_t(i)]);
+}
+
+// ---- host plans ---------------------------------------------------------------------
+
+void lossless_plan_encode(DType dtype, int64_t n, const uint64_t* hist, const LosslessOptions& opt,
+                          LosslessEncodePlan& p) {
+  check_count(n);
+  const Layout L = make_layout(dtype, n);
+  const int64_t m = L.body;
+  p.layout = L;
+  p.format = ExpFormat::kPlain;
+  p.k = 0;
+  p.n_esc = 0;
+  p.prefix_bytes = 0;
+  p.entropy_bits = 0.0;
+  std::memset(p.zip_code_of, 0, sizeof(p.zip_code_of));
+  std::memset(p.huff_code, 0, sizeof(p.huff_code));
+  std::memset(p.huff_len, 0, sizeof(p.huff_len));
+  int64_t best = L.plain_bytes;
+  p.section_bytes = best;
+  for (int f = 0; f < kNumFormats; ++f) p.candidate_bytes[f] = -1;
+  p.candidate_bytes[int(ExpFormat::kPlain)] = L.plain_bytes;
+  if (m == 0) return;
+  uint64_t total = 0;
+  for (int s = 0; s < 256; ++s)
+    if (hist[s]) {
+      if (s >= exp_alphabet(dtype)) throw Error("lossless: exponent histogram out of range");
+      p.syms[p.k] = uint8_t(s);
+      p.freq[p.k] = hist[s];
+      ++p.k;
+      total += hist[s];
+      p.entropy_bits -= double(hist[s]) * std::log2(double(hist[s]) / double(m));
+    }
+  if (total != uint64_t(m)) throw Error("lossless: exponent histogram does not sum to the block's body");
+  const bool allow_const = opt.formats & (1u << int(ExpFormat::kConst));
+  const bool allow_zip = opt.formats & (1u << int(ExpFormat::kZip));
+  const bool allow_huff = opt.formats & (1u << int(ExpFormat::kHuffman));
+  ExpFormat f = ExpFormat::kPlain;
+  if (p.k == 1 && allow_const) {
+    p.candidate_bytes[int(ExpFormat::kConst)] = 1;
+    if (1 < best) best = 1, f = ExpFormat::kConst;
+  }
+  uint8_t top[kZipCodes] = {0, 0, 0, 0, 0, 0, 0};
+  if (allow_zip) {
+    // The 7 most frequent exponents (ties: smaller exponent first).
+    int idx[256];
+    for (int i = 0; i < p.k; ++i) idx[i] = i;
+    const int t = std::min(p.k, kZipCodes);
+    std::partial_sort(idx, idx + t, idx + p.k, [&](int a, int b) {
+      return p.freq[a] != p.freq[b] ? p.freq[a] > p.freq[b] : a < b;
+    });
+    uint64_t covered = 0;
+    for (int i = 0; i < t; ++i) {
+      top[i] = p.syms[idx[i]];
+      covered += p.freq[idx[i]];
+    }
+    const int64_t z = zip_section_bytes(L, m - int64_t(covered));
+    p.candidate_bytes[int(ExpFormat::kZip)] = z;
+    if (z < best) {
+      best = z, f = ExpFormat::kZip;
+      p.n_esc = m - int64_t(covered);
+      for (int i = 0; i < t; ++i) p.zip_code_of[top[i]] = uint8_t(i + 1);
+    }
+  }
+  uint8_t lens[256] = {};
+  if (allow_huff && p.k >= 2) {
+    lossless_code_lengths(p.freq, p.k, kMaxCodeLen, lens);
+    uint64_t bits = 0;
+    for (int i = 0; i < p.k; ++i) bits += p.freq[i] * lens[i];
+    // Byte alignment adds < 1 byte per segment: an upper bound, exact after encoding.
+    const int64_t h = huff_header_bytes(L, p.k) + int64_t((bits + 7 * uint64_t(L.segments)) / 8);
+    p.candidate_bytes[int(ExpFormat::kHuffman)] = h;
+    if (h < best) best = h, f = ExpFormat::kHuffman;
+  }
+  p.format = f;
+  p.section_bytes = best;
+  if (f == ExpFormat::kZip) {
+    std::memcpy(p.prefix, top, kZipCodes);
+    p.prefix[kZipCodes] = 0;
+    p.prefix_bytes = kZipTableBytes;
+  } else if (f == ExpFormat::kHuffman) {
+    const int k = p.k;
+    p.prefix[0] = uint8_t(k - 1);
+    std::memcpy(p.prefix + 1, p.syms, size_t(k));
+    uint8_t* nib = p.prefix + 1 + k;
+    std::memset(nib, 0, size_t((k + 1) / 2));
+    for (int i = 0; i < k; ++i) nib[i / 2] |= uint8_t(lens[i] << (4 * (i & 1)));
+    p.prefix_bytes = 1 + k + (k + 1) / 2;
+    huff_build_tables(k, p.syms, lens, nullptr, p.huff_code, p.huff_len);
+  }
+}
+
+void lossless_write_header(uint8_t* out, DType dtype, int64_t n, ExpFormat format, uint32_t dynamic_bytes) {
+  check_count(n);
+  Header h{};
+  h.magic = kMagic;
+  h.version = kVersion;
+  h.dtype = uint8_t(dtype);
+  h.format = uint8_t(format);
+  h.count = uint32_t(n);
+  h.dynamic_bytes = dynamic_bytes;
+  h.reserved = 0;
+  h.check = 0;
+  std::memcpy(out, &h, kHeaderBytes);
+  h.check = crc16(out, kHeaderBytes - 2);
+  std::memcpy(out, &h, kHeaderBytes);
+}
+
+void lossless_parse(const uint8_t* in, size_t in_bytes, DType dtype, int64_t n, LosslessDecodePlan& P) {
+  check_count(n);
+  const Layout L = make_layout(dtype, n);
+  P.layout = L;
+  if (in_bytes < size_t(L.static_bytes))
+    bad("truncated message: " + std::to_string(in_bytes) + " bytes, the static part alone is " +
+        std::to_string(L.static_bytes));
+  const Header h = check_header(in, dtype, L);
+  if (in_bytes != size_t(L.static_bytes) + h.dynamic_bytes)
+    bad("message of " + std::to_string(in_bytes) + " bytes, header announces " +
+        std::to_string(L.static_bytes + int64_t(h.dynamic_bytes)));
+  P.format = ExpFormat(h.format);
+  P.dynamic_bytes = h.dynamic_bytes;
+  P.seg_start.clear();
+  const uint8_t* sec = in + L.static_bytes;
+  const int64_t d = h.dynamic_bytes, m = L.body, G = L.groups, S = L.segments;
+  const int alphabet = exp_alphabet(dtype);
+  switch (P.format) {
+    case ExpFormat::kPlain:
+      return;
+    case ExpFormat::kConst:
+      if (sec[0] >= alphabet) bad("constant exponent out of range");
+      P.constant = sec[0];
+      return;
+    case ExpFormat::kZip: {
+      P.zip_table[0] = 0;
+      for (int i = 0; i < kZipCodes; ++i) {
+        if (sec[i] >= alphabet) bad("zip table exponent out of range");
+        P.zip_table[i + 1] = sec[i];
+      }
+      if (sec[kZipCodes] != 0) bad("zip table padding is not zero");
+      const uint8_t* meta = sec + kZipTableBytes;
+      P.planes_offset = kZipTableBytes + 2 * S;
+      P.payload_offset = P.planes_offset + 3 * G;
+      P.payload_bytes = d - P.payload_offset;
+      P.seg_start.resize(size_t(S) + 1);
+      uint64_t pos = 0;
+      for (int64_t s = 0; s < S; ++s) {
+        P.seg_start[size_t(s)] = uint32_t(pos);
+        const uint32_t cnt = load_u16(meta + 2 * s);
+        if (cnt > uint32_t(segment_count(m, s))) bad("zip segment escape count out of range");
+        pos += cnt;
+      }
+      if (pos != uint64_t(P.payload_bytes)) bad("zip escape counts disagree with the escape list");
+      P.seg_start[size_t(S)] = uint32_t(pos);
+      return;
+    }
+    case ExpFormat::kHuffman: {
+      const int k = int(sec[0]) + 1;
+      if (k < 2 || k > alphabet) bad("Huffman table with " + std::to_string(k) + " symbols");
+      const int64_t hb = huff_header_bytes(L, k);
+      if (hb > d) bad("Huffman table larger than its section");
+      const uint8_t* sym = sec + 1;
+      const uint8_t* nib = sym + k;
+      uint8_t len[256];
+      uint32_t kraft = 0;
+      for (int i = 0; i < k; ++i) {
+        if (sym[i] >= alphabet) bad("Huffman symbol out of range");
+        if (i > 0 && sym[i] <= sym[i - 1]) bad("Huffman symbols not strictly increasing");
+        len[i] = uint8_t((nib[i / 2] >> (4 * (i & 1))) & 0xf);
+        if (len[i] < 1 || len[i] > kMaxCodeLen) bad("Huffman code length out of range");
+        kraft += 1u << (kMaxCodeLen - len[i]);
+      }
+      if ((k & 1) && (nib[k / 2] >> 4) != 0) bad("Huffman length padding is not zero");
+      if (kraft > uint32_t(kDecodeTableSize)) bad("Huffman code lengths are over-subscribed");
+      P.huff_table.resize(kDecodeTableSize);
+      huff_build_tables(k, sym, len, P.huff_table.data(), nullptr, nullptr);
+      const uint8_t* meta = sym + k + (k + 1) / 2;
+      P.payload_offset = hb;
+      P.payload_bytes = d - hb;
+      P.seg_start.resize(size_t(S) + 1);
+      uint64_t off = 0;
+      for (int64_t s = 0; s < S; ++s) {
+        P.seg_start[size_t(s)] = uint32_t(off);
+        off += load_u16(meta + 2 * s);
+        if (off > uint64_t(P.payload_bytes)) bad("Huffman segment lengths exceed the section");
+      }
+      if (off != uint64_t(P.payload_bytes)) bad("Huffman section longer than its segments");
+      P.seg_start[size_t(S)] = uint32_t(off);
+      return;
+    }
+  }
 }
 
 // ---- block-level API ----------------------------------------------------------------

@@ -70,6 +70,58 @@ lossless::ExpFormat lossless_format_of(const uint8_t* msg);
 // len[i] <= maxlen (package-merge). freq[i] > 0, k >= 2, 2^maxlen >= k.
 void lossless_code_lengths(const uint64_t* freq, int k, int maxlen, uint8_t* len);
 
+// ---- host-side plans shared by the CPU loops and the CUDA launchers -------------------
+// Encoding is: split (SM planes, exponents) -> histogram of the 8G body
+// exponents -> lossless_plan_encode (format choice and tables, on the host)
+// -> section encode -> header. Decoding is: lossless_parse (every check, on
+// the host) -> section decode -> merge. The CPU path (lossless_encode /
+// lossless_decode) and the CUDA launchers (lossless_cuda.h) share the plans.
+
+struct LosslessEncodePlan {
+  lossless::Layout layout;
+  lossless::ExpFormat format = lossless::ExpFormat::kPlain;
+  int k = 0;                      // distinct body exponents
+  uint8_t syms[256] = {};         // the distinct exponents, ascending
+  uint64_t freq[256] = {};        // their counts
+  uint8_t zip_code_of[256] = {};  // zip: exponent -> code 1..7, 0 = escape
+  int64_t n_esc = 0;              // zip: escaped exponents
+  uint16_t huff_code[256] = {};   // Huffman: bit-reversed code per exponent
+  uint8_t huff_len[256] = {};     // Huffman: code length per exponent (0 = absent)
+  uint8_t prefix[1 + 256 + 128] = {};  // section bytes before the per-segment table
+  int32_t prefix_bytes = 0;
+  int64_t section_bytes = 0;      // exact, except Huffman: an upper bound (byte alignment)
+  int64_t candidate_bytes[lossless::kNumFormats] = {-1, -1, -1, -1};
+  double entropy_bits = 0.0;      // sum of -log2 p over the body exponents
+};
+
+// Chooses the smallest allowed section for a block of n values whose body
+// exponents have histogram hist[256] (ties: const, plain, zip, Huffman).
+void lossless_plan_encode(DType dtype, int64_t n, const uint64_t* hist, const LosslessOptions& opt,
+                          LosslessEncodePlan& plan);
+
+// Writes the 16-byte header (with its CRC) at out.
+void lossless_write_header(uint8_t* out, DType dtype, int64_t n, lossless::ExpFormat format,
+                           uint32_t dynamic_bytes);
+
+struct LosslessDecodePlan {
+  lossless::Layout layout;
+  lossless::ExpFormat format = lossless::ExpFormat::kPlain;
+  uint32_t dynamic_bytes = 0;
+  uint8_t constant = 0;                // const: the exponent
+  uint8_t zip_table[8] = {};           // zip: code -> exponent (entry 0 unused)
+  int64_t planes_offset = 0;           // zip: code planes, relative to the section
+  int64_t payload_offset = 0;          // zip: escapes; Huffman: streams (relative to the section)
+  int64_t payload_bytes = 0;
+  std::vector<uint32_t> seg_start;     // S+1 prefix: zip escape index / Huffman stream byte offset
+  std::vector<uint16_t> huff_table;    // Huffman: 2^11 entries, symbol | length << 8
+};
+
+// Validates a whole received message (sizes, header, section tables and
+// offsets) and fills the plan. Throws MalformedMessage. What it cannot check
+// without decoding (escape codes per segment, Huffman stream validity) the
+// section decoders check.
+void lossless_parse(const uint8_t* msg, size_t bytes, DType dtype, int64_t n, LosslessDecodePlan& plan);
+
 // ---- the codec --------------------------------------------------------------------
 
 class LosslessCodec final : public Codec {
