@@ -165,5 +165,33 @@ TEST(LosslessCollectiveBytes, GaussianBf16SendsAboutTwoThirdsOfNone) {
   }
 }
 
+TEST(LosslessCollectiveBytes, IncompressibleDataCostsExactlyTheHeaderPerMessage) {
+  // Uniformly random fp32 words (every exponent equally likely, NaNs and
+  // infinities included): every block goes plain, raw bytes + the 16-byte
+  // header. A fixed-size static part cannot do better (lossless_format.h).
+  // Each rank sends at most 2 messages per block of the table (ring,
+  // butterfly and two-step all do), so the excess is 16 * k with k <= 2 * blocks.
+  for (Topology topo : {Topology::kRing, Topology::kButterfly, Topology::kTwoStep}) {
+    const int world = 3;
+    std::mt19937 g(42);
+    std::vector<Buf> a;
+    for (int r = 0; r < world; ++r) {
+      Buf b{DType::kF32, std::vector<uint8_t>(size_t(20000) * 4)};
+      for (int64_t i = 0; i < 20000; ++i) b.set(i, uint32_t(g()));
+      a.push_back(std::move(b));
+    }
+    auto b = a;
+    auto sn = run(Mode::kNone, topo, ReduceOp::kSum, 8192, a);
+    auto sl = run(Mode::kLossless, topo, ReduceOp::kSum, 8192, b);
+    for (int r = 0; r < world; ++r) {
+      EXPECT_EQ(b[size_t(r)].bytes, a[size_t(r)].bytes);
+      const int64_t extra = sl[size_t(r)].bytes_sent - sn[size_t(r)].bytes_sent;
+      EXPECT_GT(extra, 0);
+      EXPECT_EQ(extra % 16, 0);
+      EXPECT_LE(extra / 16, 2 * sl[size_t(r)].blocks) << topology_name(topo) << " rank " << r;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace dynamiq
