@@ -95,7 +95,7 @@ struct LosslessEncodePlan {
 };
 
 // Chooses the smallest allowed section for a block of n values whose body
-// exponents have histogram hist[256] (ties: const, plain, zip, Huffman).
+// exponents have histogram hist[256] (ties: plain, const, zip, Huffman).
 void lossless_plan_encode(DType dtype, int64_t n, const uint64_t* hist, const LosslessOptions& opt,
                           LosslessEncodePlan& plan);
 

@@ -40,7 +40,7 @@
 // shorter); S = ceil(8G / 1024). Segments decode independently (one GPU
 // thread each; interleaved on the CPU).
 //
-// The encoder picks the smallest section (ties: const, plain, zip, Huffman).
+// The encoder picks the smallest section (ties: plain, const, zip, Huffman).
 // Plain is always possible, so a message is never more than raw + 16 bytes;
 // exactly raw is impossible for a fixed-size static part (a raw fallback must
 // still say it is raw, and every static prefix is a possible raw prefix).
