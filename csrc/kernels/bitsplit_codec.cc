@@ -47,9 +47,9 @@ BlockCtx make_ctx(const BitsplitFormat& f, const Plan& plan, const Block& b) {
 
 // Scratch of one unit: a float tile, a second tile and the codes.
 struct Scratch {
-  std::vector<float> a, b;
+  std::vector<float> a, b, u;
   std::vector<uint8_t> codes;
-  explicit Scratch(int32_t U) : a(size_t(U)), b(size_t(U)), codes(size_t(U)) {}
+  explicit Scratch(int32_t U) : a(size_t(U)), b(size_t(U)), u(size_t(U)), codes(size_t(U)) {}
 };
 
 // Elements of wire position w inside the block (0 past the data).
@@ -60,18 +60,19 @@ inline int64_t unit_count(const BlockCtx& c, int64_t w) {
 
 // tile[0, U) (zero past the data) -> groups of unit w in the block message.
 void encode_unit(const BlockCtx& c, const float* tile, int64_t w, const RngCtx& rng, uint8_t* out,
-                 uint8_t* codes) {
+                 uint8_t* codes, float* u) {
   const int G = c.f.group;
   const int64_t eu = w * c.U;
   const int64_t cnt_u = unit_count(c, w);
   const int64_t ng = ceil_div<int64_t>(cnt_u, G);
   const int64_t gi0 = (eu - c.e0) / G;
+  // The unit's uniforms in one call: long enough for the Philox loop to vectorise.
+  if (rng.stochastic) bitsplit_uniforms(rng.key, uint32_t(rng.rank), eu, int(ng * G), u);
   for (int64_t j = 0; j < ng; ++j) {
     const int cnt = int(std::min<int64_t>(G, cnt_u - j * G));
     BitsplitGroup g;
     bitsplit_group_params(tile + j * G, cnt, c.f, g);
-    bitsplit_quantize_group(tile + j * G, cnt, g, c.f, rng.stochastic, rng.key, uint32_t(rng.rank),
-                            eu + j * G, codes + j * G);
+    bitsplit_quantize_group(tile + j * G, cnt, g, c.f, rng.stochastic, u + j * G, codes + j * G);
     bitsplit_store_meta(out, c.lay, c.f, gi0 + j, g);
   }
   for (int p = 0; p < c.planes; ++p)
@@ -181,7 +182,7 @@ size_t BitsplitCodec::compress(const Local& x, const Plan& plan, const Block& b,
   for (int64_t w = b.w0; w < b.w1; ++w) {
     if (unit_count(c, w) == 0) continue;
     load_unit(x, plan, w, s.a.data());
-    encode_unit(c, s.a.data(), w, rng, out, s.codes.data());
+    encode_unit(c, s.a.data(), w, rng, out, s.codes.data(), s.u.data());
   }
   return size_t(c.lay.total);
 }
@@ -231,7 +232,7 @@ size_t BitsplitCodec::decompress_accumulate_recompress(const uint8_t* in, size_t
     float* xa = s.a.data();
     const float* xb = s.b.data();
     for (int32_t i = 0; i < c.U; ++i) xa[i] += xb[i];
-    encode_unit(c, xa, w, rng, out, s.codes.data());
+    encode_unit(c, xa, w, rng, out, s.codes.data(), s.u.data());
   }
   return size_t(c.lay.total);
 }

@@ -219,18 +219,20 @@ DQ_HD void bitsplit_pack_plane_t(const uint8_t* codes, int n, int shift, uint8_t
   }
 }
 
-// codes[i] |= field_i << shift (the caller zeroes codes before the first plane).
+// codes[i] |= field_i << shift (the caller zeroes codes before the first
+// plane). Read byte by byte: the same bits as the 32-bit words above, in a
+// loop the host compiler vectorises.
 template <int W>
 DQ_HD void bitsplit_unpack_plane_t(const uint8_t* plane, int n, int shift, uint8_t* codes) {
-  constexpr int kPer = 32 / W;
+  constexpr int kPer = 8 / W;
   constexpr uint32_t kMask = W == 8 ? 0xffu : (1u << W) - 1u;
-  for (int k = 0; k < n / kPer; ++k) {
-    const uint32_t w = bs_load_u32(plane + 4 * k);
+  for (int m = 0; m < n / kPer; ++m) {
+    const uint32_t b = plane[m];
 #if defined(__CUDA_ARCH__)
 #pragma unroll
 #endif
     for (int j = 0; j < kPer; ++j)
-      codes[k * kPer + j] = uint8_t(codes[k * kPer + j] | (((w >> (j * W)) & kMask) << shift));
+      codes[m * kPer + j] = uint8_t(codes[m * kPer + j] | (((b >> (j * W)) & kMask) << shift));
   }
 }
 
@@ -388,18 +390,24 @@ DQ_HD void bitsplit_choose_scales(const BitsplitFormat& f, float lo, float hi, B
   float slb = (hi - lo) / Lf;
   slb = bs_max(slb, -lo / Lf);
   slb = bs_max(slb, hi / (Lf * (127.0f / 64.0f)));
+  // Start just below the smallest k with 2^(k/10) >= slb: floor(log2(slb))
+  // from the exponent bits, tenths from the mantissa against the table (exact
+  // everywhere), minus one for the rounding of slb itself.
   int k0 = kBitsplitLogKMin;
   if (slb > 0.0f) {
     if (!(slb < 3.0e38f)) {
       k0 = kBitsplitLogKMax;
     } else {
-      // floor(log2(slb)) from the exponent bits (exact everywhere), minus a margin.
       const uint32_t u = f32_bits(slb);
-      int e = int((u >> 23) & 0xffu) - 127;
-      if (((u >> 23) & 0xffu) == 0) e = -127;  // subnormal: below every k anyway
-      k0 = 10 * e - 10;
-      if (k0 < kBitsplitLogKMin) k0 = kBitsplitLogKMin;
-      if (k0 > kBitsplitLogKMax) k0 = kBitsplitLogKMax;
+      const int ebits = int((u >> 23) & 0xffu);
+      if (ebits > 0) {  // (subnormal slb: below every k)
+        const float m = bits_f32((u & 0x7fffffu) | 0x3f800000u);  // mantissa in [1, 2)
+        int j = 0;
+        for (int t = 1; t < 10; ++t) j += m >= bitsplit_pow2_tenth(t) ? 1 : 0;
+        k0 = 10 * (ebits - 127) + j - 1;
+        if (k0 < kBitsplitLogKMin) k0 = kBitsplitLogKMin;
+        if (k0 > kBitsplitLogKMax) k0 = kBitsplitLogKMax;
+      }
     }
   }
   int best_k = kBitsplitLogKMax, best_z = 0;
@@ -431,45 +439,24 @@ DQ_HD void bitsplit_choose_scales(const BitsplitFormat& f, float lo, float hi, B
 DQ_HD void bitsplit_group_params(const float* x, int cnt, const BitsplitFormat& f, BitsplitGroup& g) {
   const int G = f.group;
   const float kInf = bits_f32(0x7f800000u);
-  // Eight independent lanes so the host compiler can vectorise the scan.
-  float mn[8], mx[8];
-  for (int j = 0; j < 8; ++j) {
-    mn[j] = kInf;
-    mx[j] = -kInf;
-  }
-  for (int i = 0; i < G; i += 8)
-    for (int j = 0; j < 8; ++j) {
-      const bool in = i + j < cnt;
-      const float v = x[i + j];
-      mn[j] = in && v < mn[j] ? v : mn[j];
-      mx[j] = in && v > mx[j] ? v : mx[j];
-    }
-  float lo = mn[0], hi = mx[0];
-  for (int j = 1; j < 8; ++j) {
-    lo = bs_min(lo, mn[j]);
-    hi = bs_max(hi, mx[j]);
-  }
+  float lo, hi;
   g.imin = g.imax = 0;
   g.vmin = g.vmax = 0.0f;
-  if (f.spikes) {
-    int imin = 0, imax = 0;
-    while (imin < cnt - 1 && !(x[imin] == lo)) ++imin;
-    while (imax < cnt - 1 && !(x[imax] == hi)) ++imax;
-    g.imin = imin;
-    g.imax = imax;
-    g.vmin = bitsplit_round_to_dtype(x[imin], f.dtype);
-    g.vmax = bitsplit_round_to_dtype(x[imax], f.dtype);
+  // One scan in eight independent lanes, so the host compiler vectorises it.
+  if (!f.spikes) {
+    float mn[8], mx[8];
     for (int j = 0; j < 8; ++j) {
       mn[j] = kInf;
       mx[j] = -kInf;
     }
     for (int i = 0; i < G; i += 8)
       for (int j = 0; j < 8; ++j) {
-        const int idx = i + j;
-        const bool in = idx < cnt && idx != imin && idx != imax;
-        const float v = x[idx];
-        mn[j] = in && v < mn[j] ? v : mn[j];
-        mx[j] = in && v > mx[j] ? v : mx[j];
+        const bool valid = i + j < cnt;
+        const float v = x[i + j];
+        const float vl = valid ? v : kInf;
+        const float vh = valid ? v : -kInf;
+        mn[j] = vl < mn[j] ? vl : mn[j];
+        mx[j] = vh > mx[j] ? vh : mx[j];
       }
     lo = mn[0];
     hi = mx[0];
@@ -477,7 +464,66 @@ DQ_HD void bitsplit_group_params(const float* x, int cnt, const BitsplitFormat& 
       lo = bs_min(lo, mn[j]);
       hi = bs_max(hi, mx[j]);
     }
-    if (lo > hi) lo = hi = 0.0f;  // nothing left besides the spikes
+  } else {
+    // Per lane: smallest value with its first index, second smallest (of the
+    // lane's multiset), and the same for the largest. Without the two spike
+    // elements, the group's range is [second smallest, second largest] of the
+    // group's multiset (if an element is left at all): removing one copy of
+    // the min and one of the max leaves exactly those as extremes.
+    float m1[8], m2[8], M1[8], M2[8];
+    int32_t i1[8], I1[8];
+    for (int j = 0; j < 8; ++j) {
+      m1[j] = m2[j] = kInf;
+      M1[j] = M2[j] = -kInf;
+      i1[j] = I1[j] = 0;
+    }
+    for (int i = 0; i < G; i += 8)
+      for (int j = 0; j < 8; ++j) {
+        const int32_t idx = i + j;
+        const bool valid = idx < cnt;
+        const float v = x[idx];
+        const float vl = valid ? v : kInf;
+        const float vh = valid ? v : -kInf;
+        const bool lt = vl < m1[j];
+        const bool gt = vh > M1[j];
+        const float m2n = vl < m2[j] ? vl : m2[j];
+        const float M2n = vh > M2[j] ? vh : M2[j];
+        m2[j] = lt ? m1[j] : m2n;
+        m1[j] = lt ? vl : m1[j];
+        i1[j] = lt ? idx : i1[j];
+        M2[j] = gt ? M1[j] : M2n;
+        M1[j] = gt ? vh : M1[j];
+        I1[j] = gt ? idx : I1[j];
+      }
+    // Lanes -> group, as plain min/max chains (no data-dependent branches:
+    // random data would mispredict them). Ties go to the lowest index, the
+    // first occurrence; lane j holds the indices = j mod 8.
+    lo = m1[0];
+    hi = M1[0];
+    for (int j = 1; j < 8; ++j) {
+      lo = bs_min(lo, m1[j]);
+      hi = bs_max(hi, M1[j]);
+    }
+    int32_t imin = 0x7fffffff, imax = 0x7fffffff;
+    for (int j = 0; j < 8; ++j) {
+      const int32_t a = m1[j] == lo ? i1[j] : 0x7fffffff;
+      const int32_t b = M1[j] == hi ? I1[j] : 0x7fffffff;
+      imin = a < imin ? a : imin;
+      imax = b < imax ? b : imax;
+    }
+    const int jl = imin & 7, jh = imax & 7;
+    float lo2 = kInf, hi2 = -kInf;
+    for (int j = 0; j < 8; ++j) {
+      lo2 = bs_min(lo2, j == jl ? m2[j] : m1[j]);
+      hi2 = bs_max(hi2, j == jh ? M2[j] : M1[j]);
+    }
+    g.imin = imin;
+    g.imax = imax;
+    g.vmin = bitsplit_round_to_dtype(x[imin], f.dtype);
+    g.vmax = bitsplit_round_to_dtype(x[imax], f.dtype);
+    const int rest = cnt - (imin == imax ? 1 : 2);
+    lo = rest > 0 ? lo2 : 0.0f;
+    hi = rest > 0 ? hi2 : 0.0f;
   }
   // -0 and +0 compare equal: canonicalise so the reduction order cannot change
   // the stored bytes.
@@ -489,42 +535,72 @@ DQ_HD void bitsplit_group_params(const float* x, int cnt, const BitsplitFormat& 
 // Reciprocal of the scale used by the quantiser (0 for a zero scale).
 DQ_HD float bitsplit_rcp(float scale) { return scale > 0.0f ? 1.0f / scale : 0.0f; }
 
+// (int32 conversions: t is already clamped to [0, L], and float -> int32 is
+// one instruction where float -> uint32 is not.)
 DQ_HD uint32_t bitsplit_quant_nearest(float x, float zero, float rcp, float Lf) {
   const float t = bs_rint((x - zero) * rcp);
-  return uint32_t(bs_clamp(t, 0.0f, Lf));
+  return uint32_t(int32_t(bs_clamp(t, 0.0f, Lf)));
 }
 
+// floor(t + u) clamped to [0, L], as a clamp then a truncation (equal for
+// every t, and a conversion the host compiler vectorises where floor is not).
 DQ_HD uint32_t bitsplit_quant_stochastic(float x, float zero, float rcp, float Lf, float u) {
-  const float t = bs_floor(bs_fma(x - zero, rcp, u));
-  return uint32_t(bs_clamp(t, 0.0f, Lf));
+  const float t = bs_fma(x - zero, rcp, u);
+  return uint32_t(int32_t(bs_clamp(t, 0.0f, Lf)));
 }
 
 DQ_HD float bitsplit_dequant(uint32_t q, float zero, float scale) {
-  return bs_fma(float(q), scale, zero);
+  return bs_fma(float(int32_t(q)), scale, zero);
 }
 
-// Stochastic rounding draws: one Philox call per 4 consecutive elements,
-// counter = (element index / 4 as 64 bits, purpose, rank), word = index % 4.
-DQ_HD Philox4x32 bitsplit_draw(RngKey key, int64_t quad, uint32_t rank) {
-  return philox4x32_10(uint32_t(uint64_t(quad)), uint32_t(uint64_t(quad) >> 32), kPurposeValue,
-                       rank, key.k0, key.k1);
+// Stochastic rounding draws. One Philox4x32-10 call serves 8 consecutive
+// elements: counter = (element index / 8 as 64 bits: low word, high word;
+// kPurposeValue; rank), key = (seed, collective sequence number); element
+// 8m + 2j + h takes the low (h = 0) or high (h = 1) 16 bits of word j as
+// u = bits / 2^16. 16-bit uniforms halve the Philox work (the CPU kernels'
+// largest cost); they bias stochastic rounding by at most 2^-16 of a step.
+DQ_HD float bitsplit_u16(uint32_t bits16) { return float(int32_t(bits16)) * (1.0f / 65536.0f); }
+
+// u[0, n) for elements [e, e + n) (e and n multiples of 8).
+DQ_HD void bitsplit_uniforms(RngKey key, uint32_t rank, int64_t e, int n, float* u) {
+  const uint64_t m0 = uint64_t(e) >> 3;
+  const uint32_t lo = uint32_t(m0), hi = uint32_t(m0 >> 32);
+  const int nm = n >> 3;
+  if (uint64_t(lo) + uint64_t(nm) <= 0x100000000ull) {
+    // No carry into the high counter word: a loop the host compiler vectorises.
+    for (int m = 0; m < nm; ++m) {
+      const Philox4x32 r = philox4x32_10(lo + uint32_t(m), hi, kPurposeValue, rank, key.k0, key.k1);
+      for (int j = 0; j < 4; ++j) {
+        u[8 * m + 2 * j] = bitsplit_u16(r.v[j] & 0xffffu);
+        u[8 * m + 2 * j + 1] = bitsplit_u16(r.v[j] >> 16);
+      }
+    }
+  } else {
+    for (int m = 0; m < nm; ++m) {
+      const uint64_t c = m0 + uint64_t(m);
+      const Philox4x32 r =
+          philox4x32_10(uint32_t(c), uint32_t(c >> 32), kPurposeValue, rank, key.k0, key.k1);
+      for (int j = 0; j < 4; ++j) {
+        u[8 * m + 2 * j] = bitsplit_u16(r.v[j] & 0xffffu);
+        u[8 * m + 2 * j + 1] = bitsplit_u16(r.v[j] >> 16);
+      }
+    }
+  }
 }
 
-// Codes of group x[0, cnt) whose first element is bucket element e (a
-// multiple of 4). Slots >= cnt and spike slots get code 0.
+// Codes of group x[0, cnt). `u` holds the group's uniforms (bitsplit_uniforms
+// of its elements) when stochastic, else is unused. Slots >= cnt and spike
+// slots get code 0.
 DQ_HD void bitsplit_quantize_group(const float* x, int cnt, const BitsplitGroup& g,
-                                   const BitsplitFormat& f, bool stochastic, RngKey key,
-                                   uint32_t rank, int64_t e, uint8_t* codes) {
+                                   const BitsplitFormat& f, bool stochastic, const float* u,
+                                   uint8_t* codes) {
   const int G = f.group;
   const float Lf = float(f.levels());
   const float rcp = bitsplit_rcp(g.scale);
   const float zero = g.zero;
   if (stochastic) {
-    for (int i = 0; i < G; i += 4) {
-      const Philox4x32 r = bitsplit_draw(key, (e + i) >> 2, rank);
-      for (int j = 0; j < 4; ++j)
-        codes[i + j] = uint8_t(bitsplit_quant_stochastic(x[i + j], zero, rcp, Lf, u01(r.v[j])));
-    }
+    for (int i = 0; i < G; ++i)
+      codes[i] = uint8_t(bitsplit_quant_stochastic(x[i], zero, rcp, Lf, u[i]));
   } else {
     for (int i = 0; i < G; ++i) codes[i] = uint8_t(bitsplit_quant_nearest(x[i], zero, rcp, Lf));
   }
@@ -615,6 +691,43 @@ DQ_HD bool bitsplit_load_meta(const uint8_t* blk, const BitsplitLayout& l, const
     return false;
   }
   return true;
+}
+
+// ---- one group, end to end (the CUDA kernels' per-thread work) -------------------------
+
+// Encodes group gi of a block: x[0, G) its values (x[cnt, G) ignored), e its
+// first bucket element. u and codes are scratch of G entries.
+DQ_HD void bitsplit_encode_group(const float* x, int cnt, int64_t e, int64_t gi,
+                                 const BitsplitFormat& f, const BitsplitLayout& lay,
+                                 bool stochastic, RngKey key, uint32_t rank, float* u,
+                                 uint8_t* codes, uint8_t* out) {
+  const int G = f.group;
+  BitsplitGroup g;
+  bitsplit_group_params(x, cnt, f, g);
+  if (stochastic) bitsplit_uniforms(key, rank, e, G, u);
+  bitsplit_quantize_group(x, cnt, g, f, stochastic, u, codes);
+  bitsplit_store_meta(out, lay, f, gi, g);
+  for (int p = 0; p < bitsplit_num_planes(f.bits); ++p) {
+    const int w = bitsplit_plane_width(f.bits, p);
+    bitsplit_pack_plane(codes, G, w, bitsplit_plane_shift(f.bits, p), out + lay.plane[p] + gi * G * w / 8);
+  }
+}
+
+// Decodes group gi of a block into y[0, G) (zero past cnt). codes is scratch
+// of G entries. Returns false for a malformed spike index.
+DQ_HD bool bitsplit_decode_group(const uint8_t* in, const BitsplitLayout& lay,
+                                 const BitsplitFormat& f, int64_t gi, int cnt, uint8_t* codes,
+                                 float* y) {
+  const int G = f.group;
+  for (int i = 0; i < G; ++i) codes[i] = 0;
+  for (int p = 0; p < bitsplit_num_planes(f.bits); ++p) {
+    const int w = bitsplit_plane_width(f.bits, p);
+    bitsplit_unpack_plane(in + lay.plane[p] + gi * G * w / 8, G, w, bitsplit_plane_shift(f.bits, p), codes);
+  }
+  BitsplitGroup g;
+  const bool ok = bitsplit_load_meta(in, lay, f, gi, cnt, g);
+  bitsplit_dequantize_group(codes, cnt, g, f, y);
+  return ok;
 }
 
 }  // namespace dynamiq
