@@ -39,7 +39,10 @@
 //    paper's floor: floor would clip the top ~7% of each group's range.
 //    9 bits of k span scales 2^-25.6 .. 2^25.5 (gradients are far smaller
 //    than the activations the paper's 8-bit integer covers); 7 bits of z place
-//    the zero within 1/64 of the range (zero lies in [-L*scale, 63/64*L*scale]).
+//    the zero within 1/64 of the range for groups that straddle 0 (gradient
+//    groups do). The zero lies in [-L*scale, 63/64*L*scale], so a group far
+//    from 0 (a nonzero constant, say) gets scale >= hi / (127/64 L): coarser,
+//    never out of range.
 //
 // ---- Bit splitting: planes ----------------------------------------------------------
 // A b-bit code is split into planes of regular widths, most significant first:

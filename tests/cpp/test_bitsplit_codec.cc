@@ -486,6 +486,116 @@ TEST(BitsplitRoles, DecompressAppliesTheDivisor) {
   for (int64_t i = 0; i < numel; ++i) ASSERT_EQ(y3[size_t(i)], y1[size_t(i)] / 3.0f);
 }
 
+// ---- the CUDA kernels' per-thread path, run on the host ----------------------------------
+
+// The GPU kernels run bitsplit_encode_group / bitsplit_decode_group once per
+// group (cuda/bitsplit_kernels.cu); the CPU codec runs the same pieces per
+// unit. Running the per-group path on the host must give the codec's bytes
+// and values, so the only GPU-specific code left is the loads and stores.
+TEST(BitsplitGroupPath, PerGroupFunctionsEqualTheCodec) {
+  for (int bits = 2; bits <= 8; ++bits)
+    for (DType dt : kDTypes)
+      for (bool stoch : {false, true}) {
+        const bool sr = bits % 2 == 0, lg = bits >= 6;
+        const int G = bits <= 4 ? 32 : 128;
+        BitsplitCodec c = codec_of(bits, G, sr, lg);
+        const int64_t numel = 3 * c.unit() + G + 9;
+        Bucket b = make_bucket(dt, gaussian(numel, uint32_t(bits)));
+        const auto x = b.values();
+        const RngCtx r = rng_ctx(8, 9, 2, stoch);
+        auto msg = compress_all(c, b, r);
+        const BitsplitFormat f = c.format(dt);
+        const int64_t ng = (numel + G - 1) / G;
+        const BitsplitLayout lay = bitsplit_layout(f, ng);
+        ASSERT_EQ(lay.total, int64_t(msg.size()));
+        std::vector<uint8_t> mine(msg.size(), 0xcd);
+        std::vector<float> v(static_cast<size_t>(G)), u(static_cast<size_t>(G));
+        std::vector<uint8_t> codes(static_cast<size_t>(G));
+        for (int64_t gi = 0; gi < ng; ++gi) {
+          const int cnt = int(std::min<int64_t>(G, numel - gi * G));
+          for (int i = 0; i < G; ++i) v[size_t(i)] = i < cnt ? x[size_t(gi * G + i)] : 0.0f;
+          bitsplit_encode_group(v.data(), cnt, gi * G, gi, f, lay, stoch, r.key, uint32_t(r.rank),
+                                u.data(), codes.data(), mine.data());
+        }
+        ASSERT_EQ(mine, msg) << "bits=" << bits << " " << dtype_name(dt) << " stochastic=" << stoch;
+        auto y = decompress_all(c, dt, numel, msg);
+        for (int64_t gi = 0; gi < ng; ++gi) {
+          const int cnt = int(std::min<int64_t>(G, numel - gi * G));
+          ASSERT_TRUE(bitsplit_decode_group(msg.data(), lay, f, gi, cnt, codes.data(), v.data()));
+          for (int i = 0; i < cnt; ++i) {
+            const float want = y[size_t(gi * G + i)];
+            const float got = bitsplit_round_to_dtype(v[size_t(i)], dt);
+            ASSERT_EQ(f32_bits(got), f32_bits(want)) << "group " << gi << " i " << i;
+          }
+          for (int i = cnt; i < G; ++i) ASSERT_EQ(v[size_t(i)], 0.0f);
+        }
+      }
+}
+
+// ---- degenerate groups ------------------------------------------------------------------
+
+// Constant groups, all-zero groups, groups of 1, 2 and 3 elements, repeated
+// minima and maxima, signed zeros. Zeros and bf16-representable constants
+// come back exactly with bf16 scales (zero = the constant, scale = 0); with
+// spikes the first min and first max come back exactly, and the code path
+// never reads past the group.
+TEST(BitsplitDegenerate, ConstantTinyAndTiedGroups) {
+  const int G = 32;
+  for (bool sr : {false, true})
+    for (bool lg : {false, true})
+      for (int64_t tail : {int64_t(1), int64_t(2), int64_t(3), int64_t(31)}) {
+        std::vector<float> v;
+        for (int i = 0; i < G; ++i) v.push_back(0.0f);                   // all zero
+        for (int i = 0; i < G; ++i) v.push_back(0.75f);                  // constant, bf16-exact
+        for (int i = 0; i < G; ++i) v.push_back(i % 2 ? -0.0f : 0.0f);  // signed zeros
+        for (int i = 0; i < G; ++i) v.push_back(i % 3 == 0 ? 2.0f : (i % 3 == 1 ? -1.0f : 0.0f));  // ties
+        for (int64_t i = 0; i < tail; ++i) v.push_back(float(i) - 0.25f);  // partial group
+        const int64_t numel = int64_t(v.size());
+        for (bool stoch : {false, true}) {
+          BitsplitCodec c = codec_of(2, G, sr, lg);
+          Bucket b = make_bucket(DType::kF32, v);
+          auto msg = compress_all(c, b, rng_ctx(1, 1, 0, stoch));
+          auto y = decompress_all(c, DType::kF32, numel, msg);
+          const std::string what = std::string("sr=") + (sr ? "1" : "0") + " log=" + (lg ? "1" : "0") +
+                                   " tail=" + std::to_string(tail);
+          for (int i = 0; i < G; ++i) ASSERT_EQ(y[size_t(i)], 0.0f) << what;
+          if (!lg) {
+            for (int i = 0; i < 2 * G; ++i) ASSERT_EQ(y[size_t(G + i)], v[size_t(G + i)]) << what << " i=" << i;
+          }
+          // Tied group: values {2, -1, 0}; with INT2 and bf16 scales the grid
+          // [-1, 2] has step 1 and holds every value exactly.
+          if (!lg && !sr) {
+            for (int i = 0; i < G; ++i) ASSERT_EQ(y[size_t(3 * G + i)], v[size_t(3 * G + i)]) << what;
+          }
+          if (sr) {
+            auto parsed = parse_message(msg, (numel + G - 1) / G, 2, G, true, lg, DType::kF32);
+            EXPECT_EQ(parsed[3].imin, 1) << "first -1 is at index 1";
+            EXPECT_EQ(parsed[3].imax, 0) << "first 2 is at index 0";
+            const auto& last = parsed.back();
+            EXPECT_LT(last.imin, tail);
+            EXPECT_LT(last.imax, tail);
+            EXPECT_EQ(y[size_t(numel - tail)], v[size_t(numel - tail)]) << what;  // the min of the tail
+            EXPECT_EQ(y[size_t(numel - 1)], v[size_t(numel - 1)]) << what;        // its max
+          }
+          // Every element within one step of its group's grid. bf16 scales:
+          // step <= range/3 times the two bf16 roundings (2^-7 each). Log
+          // scales: the zero lies in [-3 s, 63/64 * 3 s] in steps of 3 s/64,
+          // so s >= max(range/(3*63/64), -lo/3, hi/(3*127/64)), rounded up by
+          // at most 2^0.1.
+          for (int64_t e = 0; e < numel; e += G) {
+            const int64_t cnt = std::min<int64_t>(G, numel - e);
+            const double lo = *std::min_element(v.begin() + e, v.begin() + e + cnt);
+            const double hi = *std::max_element(v.begin() + e, v.begin() + e + cnt);
+            const double step =
+                lg ? std::max({(hi - lo) / 3 * 64 / 63, -lo / 3, hi / (3 * 127.0 / 64)}) * 1.08 + 1e-7
+                   : (hi - lo) / 3 * 1.02 + 1e-7;
+            for (int64_t i = e; i < e + cnt; ++i)
+              ASSERT_LE(std::abs(y[size_t(i)] - v[size_t(i)]), step) << what << " i=" << i;
+          }
+        }
+      }
+}
+
 // ---- untrusted input ---------------------------------------------------------------------
 
 TEST(BitsplitMalformed, WrongSizeAndBadSpikeIndexRaise) {
