@@ -59,24 +59,57 @@ inline int64_t unit_count(const BlockCtx& c, int64_t w) {
 }
 
 // tile[0, U) (zero past the data) -> groups of unit w in the block message.
+// In passes over the unit's groups, so that the per-group scalar work (scale
+// choice, reciprocal) runs as one vectorised loop across groups.
 void encode_unit(const BlockCtx& c, const float* tile, int64_t w, const RngCtx& rng, uint8_t* out,
                  uint8_t* codes, float* u) {
   const int G = c.f.group;
   const int64_t eu = w * c.U;
   const int64_t cnt_u = unit_count(c, w);
-  const int64_t ng = ceil_div<int64_t>(cnt_u, G);
+  const int ng = int(ceil_div<int64_t>(cnt_u, G));
   const int64_t gi0 = (eu - c.e0) / G;
+  constexpr int kMaxGroups = kMaxUnit / kBitsplitMinGroup;
+  float lo[kMaxGroups], hi[kMaxGroups], zero[kMaxGroups], scale[kMaxGroups];
+  int imin[kMaxGroups], imax[kMaxGroups];
+  uint16_t s0[kMaxGroups], s1[kMaxGroups];
+  auto count = [&](int j) { return int(std::min<int64_t>(G, cnt_u - int64_t(j) * G)); };
+  for (int j = 0; j < ng; ++j) bitsplit_group_range(tile + j * G, count(j), c.f, lo[j], hi[j], imin[j], imax[j]);
+  if (!c.f.log_scales) {
+    const float Lf = float(c.f.levels());
+    for (int j = 0; j < ng; ++j) {
+      bitsplit_scales_bf16(lo[j], hi[j], Lf, s0[j], s1[j]);
+      scale[j] = bf16_to_f32(s0[j]);
+      zero[j] = bf16_to_f32(s1[j]);
+    }
+  } else {
+    for (int j = 0; j < ng; ++j) {
+      BitsplitGroup g;
+      bitsplit_choose_scales(c.f, lo[j], hi[j], g);
+      s0[j] = g.s0;
+      s1[j] = g.s1;
+      scale[j] = g.scale;
+      zero[j] = g.zero;
+    }
+  }
   // The unit's uniforms in one call: long enough for the Philox loop to vectorise.
-  if (rng.stochastic) bitsplit_uniforms(rng.key, uint32_t(rng.rank), eu, int(ng * G), u);
-  for (int64_t j = 0; j < ng; ++j) {
-    const int cnt = int(std::min<int64_t>(G, cnt_u - j * G));
+  if (rng.stochastic) bitsplit_uniforms(rng.key, uint32_t(rng.rank), eu, ng * G, u);
+  for (int j = 0; j < ng; ++j) {
     BitsplitGroup g;
-    bitsplit_group_params(tile + j * G, cnt, c.f, g);
-    bitsplit_quantize_group(tile + j * G, cnt, g, c.f, rng.stochastic, u + j * G, codes + j * G);
+    g.zero = zero[j];
+    g.scale = scale[j];
+    g.s0 = s0[j];
+    g.s1 = s1[j];
+    g.imin = imin[j];
+    g.imax = imax[j];
+    if (c.f.spikes) {
+      g.vmin = bitsplit_round_to_dtype(tile[j * G + imin[j]], c.f.dtype);
+      g.vmax = bitsplit_round_to_dtype(tile[j * G + imax[j]], c.f.dtype);
+    }
+    bitsplit_quantize_group(tile + j * G, count(j), g, c.f, rng.stochastic, u + j * G, codes + j * G);
     bitsplit_store_meta(out, c.lay, c.f, gi0 + j, g);
   }
   for (int p = 0; p < c.planes; ++p)
-    bitsplit_pack_plane(codes, int(ng * G), c.width[p], c.shift[p],
+    bitsplit_pack_plane(codes, ng * G, c.width[p], c.shift[p],
                         out + c.lay.plane[p] + gi0 * G * c.width[p] / 8);
 }
 

@@ -371,21 +371,29 @@ DQ_HD void bitsplit_decode_scales(const BitsplitFormat& f, BitsplitGroup& g) {
   }
 }
 
+// bf16 scale and zero for [lo, hi] (lo <= hi, finite): zero = lo rounded
+// down, scale = (hi - zero)/L rounded up, then raised by one bf16 ulp while
+// the decoder's top level fma(L, scale, zero) is below hi. The float
+// subtraction and division lose at most 2^-23 relative and one bf16 ulp is
+// 2^-8 relative, so one raise always suffices (the second is a guard).
+// Branch-free, so a loop over groups vectorises.
+DQ_HD void bitsplit_scales_bf16(float lo, float hi, float Lf, uint16_t& sb, uint16_t& zb) {
+  zb = bf16_bits_down(lo);
+  const float zero = bf16_to_f32(zb);
+  uint16_t s = bf16_bits_up_pos((hi - zero) / Lf);
+  s = uint16_t(s + (bs_fma(Lf, bf16_to_f32(s), zero) < hi ? 1 : 0));
+  s = uint16_t(s + (bs_fma(Lf, bf16_to_f32(s), zero) < hi ? 1 : 0));
+  sb = s;
+}
+
 // Chooses the stored scale and zero for the range [lo, hi] (lo <= hi, finite).
 DQ_HD void bitsplit_choose_scales(const BitsplitFormat& f, float lo, float hi, BitsplitGroup& g) {
   const int L = f.levels();
   const float Lf = float(L);
   if (!f.log_scales) {
-    const uint16_t zb = bf16_bits_down(lo);
-    const float zero = bf16_to_f32(zb);
-    uint16_t sb = bf16_bits_up_pos((hi - zero) / Lf);
-    // The division and the bf16 rounding are not the decoder's arithmetic:
-    // raise the scale until the decoded top level reaches hi.
-    for (int it = 0; it < 64 && bs_fma(Lf, bf16_to_f32(sb), zero) < hi; ++it) sb = uint16_t(sb + 1);
-    g.s0 = sb;
-    g.s1 = zb;
-    g.scale = bf16_to_f32(sb);
-    g.zero = zero;
+    bitsplit_scales_bf16(lo, hi, Lf, g.s0, g.s1);
+    g.scale = bf16_to_f32(g.s0);
+    g.zero = bf16_to_f32(g.s1);
     return;
   }
   // Lower bound of the scale: the range needs L*s >= hi - lo; zero >= -L*s
@@ -439,12 +447,15 @@ DQ_HD void bitsplit_choose_scales(const BitsplitFormat& f, float lo, float hi, B
 
 // Metadata of a group x[0, cnt) (x[cnt, G) ignored). With spikes, the first
 // minimum and first maximum are reserved and [lo, hi] excludes them.
-DQ_HD void bitsplit_group_params(const float* x, int cnt, const BitsplitFormat& f, BitsplitGroup& g) {
+// The range [lo, hi] to quantise of a group x[0, cnt) (x[cnt, G) ignored):
+// its [min, max], or with spikes the [min, max] without its first minimum
+// and first maximum (whose indices go to imin, imax; 0 without spikes).
+DQ_HD void bitsplit_group_range(const float* x, int cnt, const BitsplitFormat& f, float& lo_out,
+                                float& hi_out, int& imin_out, int& imax_out) {
   const int G = f.group;
   const float kInf = bits_f32(0x7f800000u);
   float lo, hi;
-  g.imin = g.imax = 0;
-  g.vmin = g.vmax = 0.0f;
+  imin_out = imax_out = 0;
   // One scan in eight independent lanes, so the host compiler vectorises it.
   if (!f.spikes) {
     float mn[8], mx[8];
@@ -458,8 +469,8 @@ DQ_HD void bitsplit_group_params(const float* x, int cnt, const BitsplitFormat& 
         const float v = x[i + j];
         const float vl = valid ? v : kInf;
         const float vh = valid ? v : -kInf;
-        mn[j] = vl < mn[j] ? vl : mn[j];
-        mx[j] = vh > mx[j] ? vh : mx[j];
+        mn[j] = bs_min(mn[j], vl);
+        mx[j] = bs_max(mx[j], vh);
       }
     lo = mn[0];
     hi = mx[0];
@@ -487,16 +498,16 @@ DQ_HD void bitsplit_group_params(const float* x, int cnt, const BitsplitFormat& 
         const float v = x[idx];
         const float vl = valid ? v : kInf;
         const float vh = valid ? v : -kInf;
-        const bool lt = vl < m1[j];
-        const bool gt = vh > M1[j];
-        const float m2n = vl < m2[j] ? vl : m2[j];
-        const float M2n = vh > M2[j] ? vh : M2[j];
-        m2[j] = lt ? m1[j] : m2n;
-        m1[j] = lt ? vl : m1[j];
-        i1[j] = lt ? idx : i1[j];
-        M2[j] = gt ? M1[j] : M2n;
-        M1[j] = gt ? vh : M1[j];
-        I1[j] = gt ? idx : I1[j];
+        // Written as min/max and bit masks: with selects GCC emits an
+        // "any lane changed?" branch per vector, which mispredicts.
+        const int32_t lt = -int32_t(vl < m1[j]);
+        const int32_t gt = -int32_t(vh > M1[j]);
+        m2[j] = bs_min(m2[j], bs_max(m1[j], vl));  // = lt ? m1 : min(m2, vl)
+        m1[j] = bs_min(m1[j], vl);
+        M2[j] = bs_max(M2[j], bs_min(M1[j], vh));
+        M1[j] = bs_max(M1[j], vh);
+        i1[j] = (i1[j] & ~lt) | (idx & lt);
+        I1[j] = (I1[j] & ~gt) | (idx & gt);
       }
     // Lanes -> group, as plain min/max chains (no data-dependent branches:
     // random data would mispredict them). Ties go to the lowest index, the
@@ -520,18 +531,25 @@ DQ_HD void bitsplit_group_params(const float* x, int cnt, const BitsplitFormat& 
       lo2 = bs_min(lo2, j == jl ? m2[j] : m1[j]);
       hi2 = bs_max(hi2, j == jh ? M2[j] : M1[j]);
     }
-    g.imin = imin;
-    g.imax = imax;
-    g.vmin = bitsplit_round_to_dtype(x[imin], f.dtype);
-    g.vmax = bitsplit_round_to_dtype(x[imax], f.dtype);
+    imin_out = imin;
+    imax_out = imax;
     const int rest = cnt - (imin == imax ? 1 : 2);
     lo = rest > 0 ? lo2 : 0.0f;
     hi = rest > 0 ? hi2 : 0.0f;
   }
   // -0 and +0 compare equal: canonicalise so the reduction order cannot change
   // the stored bytes.
-  lo = lo + 0.0f;
-  hi = hi + 0.0f;
+  lo_out = lo + 0.0f;
+  hi_out = hi + 0.0f;
+}
+
+// Metadata of a group x[0, cnt): range, spikes (values rounded to the bucket
+// dtype), scale and zero.
+DQ_HD void bitsplit_group_params(const float* x, int cnt, const BitsplitFormat& f, BitsplitGroup& g) {
+  float lo, hi;
+  bitsplit_group_range(x, cnt, f, lo, hi, g.imin, g.imax);
+  g.vmin = f.spikes ? bitsplit_round_to_dtype(x[g.imin], f.dtype) : 0.0f;
+  g.vmax = f.spikes ? bitsplit_round_to_dtype(x[g.imax], f.dtype) : 0.0f;
   bitsplit_choose_scales(f, lo, hi, g);
 }
 

@@ -282,6 +282,52 @@ TEST(BitsplitCodec, ScalesAreTight) {
   }
 }
 
+// The grid of every chosen (scale, zero) covers [lo, hi] in the decoder's own
+// arithmetic, for ranges across magnitudes, signs and tiny relative spreads
+// (the cases where the float subtraction and division round): the claim that
+// one bf16 raise suffices, and the log-scale search.
+TEST(BitsplitCodec, ChosenGridCoversTheRangeEverywhere) {
+  std::mt19937_64 g(99);
+  std::uniform_real_distribution<double> ex(-30, 30), sp(-24, 2), un(0, 1);
+  for (int bits = 2; bits <= 8; ++bits)
+    for (bool lg : {false, true}) {
+      BitsplitFormat f;
+      f.bits = bits;
+      f.log_scales = lg;
+      const float Lf = float(f.levels());
+      for (int it = 0; it < 20002; ++it) {
+        const double mag = std::pow(2.0, lg ? ex(g) / 1.5 : ex(g));  // log scales span 2^+-25
+        const int kind = it < 2 ? 4 + it : it % 4;
+        float lo, hi;
+        if (kind >= 4) {  // hi - lo rounds down to L and L/L = 1 is a bf16: needs the raise
+          lo = -Lf;
+          hi = kind == 4 ? 0x1p-30f : 1e-20f;
+        } else if (kind == 0) {  // straddles zero
+          lo = float(-mag * un(g));
+          hi = float(mag * un(g));
+        } else if (kind == 1) {  // positive, tiny relative spread
+          lo = float(mag);
+          hi = float(mag * (1 + std::pow(2.0, sp(g))));
+        } else if (kind == 2) {  // negative, tiny spread
+          hi = float(-mag);
+          lo = float(-mag * (1 + std::pow(2.0, sp(g))));
+        } else {  // constant
+          lo = hi = float(mag * (un(g) - 0.5));
+        }
+        if (lo > hi) std::swap(lo, hi);
+        BitsplitGroup grp;
+        bitsplit_choose_scales(f, lo, hi, grp);
+        ASSERT_LE(grp.zero, lo) << "bits=" << bits << " log=" << lg << " [" << lo << ", " << hi << "]";
+        ASSERT_GE(bitsplit_dequant(uint32_t(f.levels()), grp.zero, grp.scale), hi)
+            << "bits=" << bits << " log=" << lg << " [" << lo << ", " << hi << "]";
+        if (!lg) {  // at most one bf16 ulp above the rounded-up quotient
+          const float q = (hi - grp.zero) / Lf;
+          ASSERT_LE(grp.scale, bf16_to_f32(uint16_t(bf16_bits_up_pos(q) + 1)));
+        }
+      }
+    }
+}
+
 // ---- spike reserving ----------------------------------------------------------------------
 
 TEST(BitsplitSpikes, MinAndMaxOfEveryGroupComeBackExactly) {
