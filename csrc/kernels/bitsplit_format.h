@@ -8,13 +8,14 @@
 // 32 in [32, 256]; the bucket's last group may be partial). A group is
 // quantised asymmetrically to b bits (2..8), L = 2^b - 1:
 //     value(q) = fmaf(q, scale, zero),  q in [0, L].
-// Encoding picks the smallest stored scale and a zero with
+// Encoding picks a small stored scale and a zero with
 //     value(0) = zero <= lo   and   value(L) >= hi,
 // (both checked with the decoder's own float arithmetic), so every value of
 // [lo, hi] lies inside the grid: stochastic rounding q = floor(t + u),
-// t = (x - zero) / scale, u ~ U[0,1) (Philox), is unbiased; nearest rounding
-// is q = rint(t). [lo, hi] is the group's [min, max], or with spike reserving
-// the [min, max] of the group without its spikes.
+// t = (x - zero) / scale, u a 16-bit Philox uniform (bitsplit_uniforms), is
+// unbiased to 2^-16 of a step; nearest rounding is q = rint(t). [lo, hi] is
+// the group's [min, max], or with spike reserving the [min, max] of the group
+// without its spikes (its second smallest and second largest values).
 //
 // Spike reserving: the group's first minimum and first maximum element are
 // sent as values in the *bucket's* dtype (float32: 4 bytes, bf16/fp16: 2
@@ -29,7 +30,7 @@
 // Scales (per group, 4 or 2 bytes, as the paper's table 4):
 //  - bf16 (default): uint16 bf16 scale, then uint16 bf16 zero.
 //    zero = lo rounded down to bf16, scale = (hi - zero) / L rounded up to bf16
-//    (then raised by bf16 ulps until value(L) >= hi).
+//    (then raised by one bf16 ulp if value(L) < hi after the float roundings).
 //  - integer log scales: one uint16 word, bits 0..8 = k (signed, -256..255),
 //    bits 9..15 = z (signed, -64..63):
 //        scale = 2^(k / 10)   (theta = 10, decoded exactly: table * 2^floor(k/10))
