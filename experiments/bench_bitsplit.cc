@@ -106,7 +106,7 @@ void quality_table(int64_t n) {
   for (const char* k : kinds) data.push_back(make_data(k, n, 7));
   std::printf("\n## vNMSE of one quantisation (float32 bucket, %lld elements, group size = paper default)\n\n",
               (long long)n);
-  std::printf("| bits | G | spikes | log scales | bits/coord | gaussian RN | gaussian SR | student_t3 RN | student_t3 SR | outliers RN | outliers SR |\n");
+  std::printf("| bits | G | spikes | log scales | bits/coord | gaussian nearest | gaussian stoch. | student_t3 nearest | student_t3 stoch. | outliers nearest | outliers stoch. |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (int bits = 2; bits <= 8; ++bits)
     for (int sp = 0; sp <= 1; ++sp)
