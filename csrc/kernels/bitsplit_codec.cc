@@ -1,5 +1,6 @@
 #include "bitsplit_codec.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -45,7 +46,7 @@ BlockCtx make_ctx(const BitsplitFormat& f, const Plan& plan, const Block& b) {
   return c;
 }
 
-// Scratch of one unit: a float tile, a second tile and the codes.
+// Scratch of one unit: two float tiles, the uniforms and the codes.
 struct Scratch {
   std::vector<float> a, b, u;
   std::vector<uint8_t> codes;
