@@ -675,6 +675,46 @@ TEST(BitsplitMalformed, WrongSizeAndBadSpikeIndexRaise) {
                MalformedMessage);
 }
 
+// Random bytes of the right size: every role either raises MalformedMessage
+// (a spike index outside its group) or decodes something; none reads or
+// writes outside its buffers (run under -DDYNAMIQ_ASAN=ON to check that).
+TEST(BitsplitMalformed, RandomMessagesNeverCrash) {
+  std::mt19937 g(17);
+  for (int bits : {2, 3, 7, 8})
+    for (bool sr : {false, true}) {
+      BitsplitCodec c = codec_of(bits, bits <= 4 ? 32 : 128, sr, bits == 3);
+      const int64_t numel = 2 * c.unit() + 77;
+      Plan plan = c.make_plan(DType::kBF16, numel, 1);
+      Block blk{0, plan.num_units};
+      const size_t bytes = c.static_bytes(plan, blk);
+      Bucket x = make_bucket(DType::kBF16, gaussian(numel, 1));
+      Bucket y = make_bucket(DType::kBF16, std::vector<float>(static_cast<size_t>(numel), 0.0f));
+      std::vector<float> acc(size_t(plan.num_units * plan.unit));
+      std::vector<uint8_t> msg(bytes), out(bytes);
+      int raised = 0;
+      for (int it = 0; it < 50; ++it) {
+        for (auto& b : msg) b = uint8_t(g());
+        Local lx;
+        lx.bucket = x.data();
+        Output o;
+        o.bucket = y.data();
+        try {
+          c.decompress(msg.data(), bytes, plan, blk, o);
+          c.decompress_accumulate(msg.data(), bytes, lx, plan, blk, acc.data());
+          c.decompress_accumulate_recompress(msg.data(), bytes, lx, plan, blk, rng_ctx(1, 1, 0, true), out.data());
+        } catch (const MalformedMessage&) {
+          ++raised;
+        }
+      }
+      // A random index passes with probability G/256 and a message has dozens.
+      if (sr) {
+        EXPECT_EQ(raised, 50) << "random spike indices must be caught";
+      } else {
+        EXPECT_EQ(raised, 0);
+      }
+    }
+}
+
 TEST(BitsplitMalformed, ForeignPlansAreRefused) {
   BitsplitCodec c = codec_of(4, 32, false, false);
   Plan p = c.make_plan(DType::kF32, 5000, 2);
