@@ -48,6 +48,7 @@ std::unique_ptr<Scheme> make_scheme(const CollectiveConfig& cfg) {
   switch (cfg.mode) {
     case Mode::kNone: return make_none_scheme(cfg);
     case Mode::kLossless: return make_lossless_scheme(cfg);
+    case Mode::kBitsplit: return make_bitsplit_scheme(cfg);
     default: break;
   }
   throw Error(std::string("mode '") + mode_name(cfg.mode) + "' is not available in this build");

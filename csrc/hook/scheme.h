@@ -49,6 +49,8 @@ std::unique_ptr<Scheme> make_none_scheme(const CollectiveConfig& cfg);
 
 // Mode "lossless": exponent-coded, bit-identical to none (scheme_lossless.cc).
 std::unique_ptr<Scheme> make_lossless_scheme(const CollectiveConfig& cfg);
+// Mode "bitsplit": INT2-INT8 bit-split group quantisation (scheme_bitsplit.cc).
+std::unique_ptr<Scheme> make_bitsplit_scheme(const CollectiveConfig& cfg);
 
 // Factory for cfg.mode. Throws Error for a mode this build does not provide.
 std::unique_ptr<Scheme> make_scheme(const CollectiveConfig& cfg);
