@@ -203,6 +203,7 @@ CallStats all_reduce(Transport& tr, const CollectiveConfig& cfg, const CallArgs&
   cs.blocks = int64_t(bt.blocks.size());
   cs.has_u = ps.has_u;
   cs.u = ps.u;
+  cs.u_step = ps.step;
 
   // 5-6. execute; decompress writes the finished values
   ExecArgs ea;

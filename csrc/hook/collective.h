@@ -59,7 +59,8 @@ struct CallStats {
   double t_local = 0.0, t_header = 0.0, t_meta = 0.0, t_plan = 0.0;
   double t_kernel = 0.0, t_wait = 0.0, t_total = 0.0;
   bool has_u = false;
-  double u = 0.0;
+  double u = 0.0;       // allocator state after this call (carry to the next step)
+  double u_step = 0.0;
 };
 
 // Runs the collective in place on args.data. Throws Error (same message on

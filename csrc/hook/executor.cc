@@ -63,12 +63,14 @@ class BufferPool {
   size_t retained_ = 0;
 };
 
-// The calling thread's pool; replaced (and the old one leaked) after a failure.
-BufferPool*& thread_pool() {
-  thread_local BufferPool* pool = nullptr;
-  if (!pool) pool = new BufferPool();
+// The calling thread's pool (freed when the thread exits); replaced after a
+// failure, when the old one is parked (see park_on_failure).
+std::unique_ptr<BufferPool>& thread_pool_slot() {
+  thread_local std::unique_ptr<BufferPool> pool;
+  if (!pool) pool = std::make_unique<BufferPool>();
   return pool;
 }
+BufferPool* thread_pool() { return thread_pool_slot().get(); }
 
 struct PendingSend {
   std::unique_ptr<Request> req;
@@ -101,8 +103,9 @@ void park_on_failure(std::deque<PostedRecv>& recvs, std::vector<PendingSend>& se
   recvs.clear();
   sends.clear();
   // Buffers returned to the pool later must not be reused or freed either:
-  // abandon this thread's pool (leaked on purpose) and start a new one.
-  thread_pool() = new BufferPool();
+  // park this thread's pool (kept reachable, never freed) and start a new one.
+  graveyard->push_back(std::shared_ptr<void>(thread_pool_slot().release(), [](void*) {}));
+  thread_pool_slot() = std::make_unique<BufferPool>();
 }
 
 }  // namespace

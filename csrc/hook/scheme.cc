@@ -47,6 +47,7 @@ std::unique_ptr<Scheme> make_none_scheme(const CollectiveConfig&) {
 std::unique_ptr<Scheme> make_scheme(const CollectiveConfig& cfg) {
   switch (cfg.mode) {
     case Mode::kNone: return make_none_scheme(cfg);
+    case Mode::kDynamiq: return make_dynamiq_scheme(cfg);
     case Mode::kLossless: return make_lossless_scheme(cfg);
     case Mode::kBitsplit: return make_bitsplit_scheme(cfg);
     default: break;

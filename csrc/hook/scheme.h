@@ -13,6 +13,7 @@ namespace dynamiq {
 struct PlanState {
   bool has_u = false;
   double u = 0.0;
+  double step = 0.0;  // the fast solver's bracketing step (csrc/alloc AllocState)
 };
 
 // What the planner decided, for the hook's per-step statistics.
@@ -46,6 +47,9 @@ class Scheme {
 
 // The exact (uncompressed) scheme: identity codec, natural order.
 std::unique_ptr<Scheme> make_none_scheme(const CollectiveConfig& cfg);
+
+// Mode "dynamiq": variable-width non-uniform quantisation (scheme_dynamiq.cc).
+std::unique_ptr<Scheme> make_dynamiq_scheme(const CollectiveConfig& cfg);
 
 // Mode "lossless": exponent-coded, bit-identical to none (scheme_lossless.cc).
 std::unique_ptr<Scheme> make_lossless_scheme(const CollectiveConfig& cfg);

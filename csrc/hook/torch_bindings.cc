@@ -64,14 +64,17 @@ py::dict stats_dict(const CallStats& s) {
   d["t_kernel"] = s.t_kernel;
   d["t_wait"] = s.t_wait;
   d["t_total"] = s.t_total;
-  if (s.has_u) d["u"] = s.u;
-  else d["u"] = py::none();
+  if (s.has_u) {
+    d["u"] = py::make_tuple(s.u, s.u_step);
+  } else {
+    d["u"] = py::none();
+  }
   return d;
 }
 
 py::dict run_all_reduce(std::optional<at::Tensor> tensor, const std::string& group_name,
                         const CollectiveConfig& cfg, const std::string& op, uint64_t seq,
-                        std::optional<double> u, int local_error) {
+                        std::optional<std::pair<double, double>> u, int local_error) {
   CallArgs a;
   a.op = to_op(op);
   a.seq = seq;
@@ -79,7 +82,8 @@ py::dict run_all_reduce(std::optional<at::Tensor> tensor, const std::string& gro
   PlanState ps;
   if (u) {
     ps.has_u = true;
-    ps.u = *u;
+    ps.u = u->first;
+    ps.step = u->second;
   }
   a.plan_state = &ps;
   if (a.local_error == InputError::kNone) {

@@ -68,7 +68,7 @@ def _next_direct_seq(group_name: str) -> int:
 
 
 def run_collective(tensor: torch.Tensor, group_name: str, config: Config, op: str, seq: int,
-                   u: Optional[float] = None) -> dict:
+                   u: Optional[tuple] = None) -> dict:
     """Runs one collective synchronously on the calling thread (the group worker).
 
     Validates the tensor; a rank with bad input still takes part in the header

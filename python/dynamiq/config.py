@@ -14,6 +14,14 @@ _DYNAMIQ_ROUNDING = ("correlated", "independent")
 _BITSPLIT_ROUNDING = ("stochastic", "nearest")
 
 
+def _sg_bits(width: int, S: int, s: int, hierarchical: bool) -> float:
+    """Wire bits per coordinate of a super-group (csrc/kernels/dynamiq_format.h)."""
+    if width == 16:
+        return 16.0
+    scale_bytes = (2 + S // s) if hierarchical else 2 * (S // s)
+    return 8.0 * (scale_bytes + (S * width + 7) // 8) / S
+
+
 class ConfigError(ValueError):
     """A `Config` field has a value outside its allowed range."""
 
@@ -58,7 +66,7 @@ class Config:
 
     VERSION = 1
 
-    mode: str = "none"
+    mode: str = "dynamiq"
     topology: str = "ring"
     bits: float = 5.0
     seed: int = 0
@@ -96,8 +104,12 @@ class Config:
                 raise _err("bits", self.bits, "2 < bits <= 16 for mode='dynamiq' (budget incl. metadata)")
             if self.rounding not in (None,) + _DYNAMIQ_ROUNDING:
                 raise _err("rounding", self.rounding, "'correlated', 'independent' for mode='dynamiq'")
-            if self.allocator == "fast" and (len(widths) > 3):
-                raise _err("widths", self.widths, "at most three widths with allocator='fast' (appendix A)")
+            s_grp = self.group_size if self.group_size is not None else 16
+            if self.supergroup_size % s_grp == 0:
+                floor = min(_sg_bits(w, self.supergroup_size, s_grp, self.hierarchical_scales) for w in widths)
+                if float(self.bits) < floor:
+                    raise _err("bits", self.bits, f">= {floor:.4f} for widths {widths} (the smallest width's "
+                               "cost per coordinate including its scales)")
         if self.mode == "bitsplit":
             if float(self.bits) != int(self.bits) or not 2 <= int(self.bits) <= 8:
                 raise _err("bits", self.bits, "an integer width 2..8 for mode='bitsplit'")

@@ -25,8 +25,8 @@ class HookState:
       seq: number of collectives issued; with `config.seed` it keys all
         randomness, so restoring it (via `load_state_dict`) resumes the same
         random stream.
-      alloc_u: per bucket index, the offset u of the fast width allocator
-        (appendix A), carried across steps. Keyed by bucket index; DDP
+      alloc_u: per bucket index, the state (u, bracketing step) of the fast
+        width allocator (appendix A), carried across steps. Keyed by bucket index; DDP
         rebuilds buckets after the first iteration, and a bucket whose size
         changed simply starts from the previous u.
       last_step_stats: per-bucket statistics of the last completed step (bytes
@@ -48,7 +48,7 @@ class HookState:
         self.world_size = dist.get_world_size(process_group)
         self.step = 0
         self.seq = 0
-        self.alloc_u: Dict[int, float] = {}
+        self.alloc_u: Dict[int, tuple] = {}
         self.last_step_stats: List[dict] = []
         self._current: List[dict] = []
         self.totals: Dict[str, Any] = {"bytes_sent": 0, "buckets": 0, "paths": {}}
@@ -60,7 +60,7 @@ class HookState:
             "config": self.config.to_dict(),
             "step": self.step,
             "seq": self.seq,
-            "alloc_u": {int(k): float(v) for k, v in self.alloc_u.items()},
+            "alloc_u": {int(k): [float(v[0]), float(v[1])] for k, v in self.alloc_u.items()},
         }
 
     def load_state_dict(self, d: dict) -> None:
@@ -69,14 +69,14 @@ class HookState:
         self.config = Config.from_dict(d["config"])
         self.step = int(d["step"])
         self.seq = int(d["seq"])
-        self.alloc_u = {int(k): float(v) for k, v in d["alloc_u"].items()}
+        self.alloc_u = {int(k): (float(v[0]), float(v[1])) for k, v in d["alloc_u"].items()}
 
     # -- bookkeeping (runs on the worker thread, in bucket order) -------------------------
     def _record(self, index: int, stats: dict, is_last: bool) -> None:
         stats = dict(stats, bucket=index, step=self.step)
         self._current.append(stats)
         if stats.get("u") is not None:
-            self.alloc_u[index] = stats["u"]
+            self.alloc_u[index] = tuple(stats["u"])
         self.totals["bytes_sent"] += stats["bytes_sent"] + stats["meta_bytes_sent"]
         self.totals["buckets"] += 1
         paths = self.totals["paths"]

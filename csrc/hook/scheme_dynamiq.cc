@@ -1,0 +1,76 @@
+// The "dynamiq" scheme (DynamiQ paper sections 3.1-3.4): the local pass
+// computes per-super-group mean and sum of squares; after the metadata
+// all-reduce every rank runs the same allocator on the same statistics, so
+// all ranks hold the same widths, order, chunks and means.
+#include "../alloc/dynamiq_layout.h"
+#include "../kernels/dynamiq_codec.h"
+#include "../kernels/dynamiq_stats.h"
+#include "scheme.h"
+
+namespace dynamiq {
+namespace {
+
+DynamiqParams params_from(const CollectiveConfig& cfg) {
+  DynamiqParams p;
+  p.fmt.S = cfg.supergroup_size;
+  p.fmt.s = cfg.group_size > 0 ? cfg.group_size : 16;
+  p.fmt.hierarchical = cfg.hierarchical_scales;
+  DQ_CHECK(p.fmt.S > 0 && p.fmt.s > 0 && p.fmt.S % p.fmt.s == 0,
+           "dynamiq: supergroup_size must be a positive multiple of group_size");
+  for (int i = 0; i < 4; ++i)
+    if (cfg.eps[size_t(i)] >= 0.f) p.eps[size_t(i)] = cfg.eps[size_t(i)];
+  p.uniform_levels = cfg.uniform_levels;
+  return p;
+}
+
+class DynamiqScheme final : public Scheme {
+ public:
+  explicit DynamiqScheme(const CollectiveConfig& cfg) : codec_(params_from(cfg)) {
+    alloc_.bits = cfg.bits;
+    alloc_.widths_mask = cfg.widths_mask;
+    alloc_.format = codec_.params().fmt;
+    alloc_.solver = cfg.exact_allocator ? AllocSolver::kExact : AllocSolver::kFast;
+  }
+  const Codec& codec() const override { return codec_; }
+  bool exact() const override { return false; }
+  int64_t stats_count(DType, int64_t numel) const override {
+    return 2 * ceil_div<int64_t>(numel, alloc_.format.S);
+  }
+  bool local_pass(const void* data, DType dtype, int64_t numel, float* stats) const override {
+    return dynamiq_local_stats(data, dtype, numel, alloc_.format.S, stats);
+  }
+  Plan make_plan(DType dtype, int64_t numel, int num_chunks, int world, const float* global_stats,
+                 PlanState& state, PlanInfo& info) const override {
+    DQ_CHECK(global_stats != nullptr, "dynamiq: planning needs the all-reduced statistics");
+    AllocState as;
+    as.has_u = state.has_u;
+    as.u = state.u;
+    as.step = state.step;
+    AllocResult res;
+    // stats are [mean, sum of squares] per super-group: the allocator reads every second float.
+    Plan plan = make_dynamiq_plan(dtype, numel, global_stats + 1, 2, alloc_, as, num_chunks,
+                                  SgLayout::kBalancedByWidth, &res);
+    state.has_u = as.has_u;
+    state.u = as.u;
+    state.step = as.step;
+    const int64_t nsg = plan.num_units;
+    plan.bias.resize(size_t(nsg));
+    const float inv = 1.0f / float(world);
+    for (int64_t j = 0; j < nsg; ++j) plan.bias[size_t(j)] = global_stats[2 * j] * inv;
+    for (int i = 0; i < 5; ++i) info.width_units[i] = res.width_count[i];
+    info.bits_per_coord = res.bits_per_coord;
+    return plan;
+  }
+
+ private:
+  DynamiqCodec codec_;
+  AllocParams alloc_;
+};
+
+}  // namespace
+
+std::unique_ptr<Scheme> make_dynamiq_scheme(const CollectiveConfig& cfg) {
+  return std::make_unique<DynamiqScheme>(cfg);
+}
+
+}  // namespace dynamiq
