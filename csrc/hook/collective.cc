@@ -175,6 +175,7 @@ CallStats all_reduce(Transport& tr, const CollectiveConfig& cfg, const CallArgs&
                              cfg.window_bytes, &cs);
     cs.bytes_sent = es.bytes_sent;
     cs.bytes_received = es.bytes_received;
+    cs.messages_sent = es.messages_sent;
     cs.t_kernel = es.t_kernel;
     cs.t_wait = es.t_wait;
     cs.t_total = secs(t_start, Clock::now());
@@ -221,6 +222,7 @@ CallStats all_reduce(Transport& tr, const CollectiveConfig& cfg, const CallArgs&
   execute(tr, scheme->codec(), plan, bt, prog, ea, es);
   cs.bytes_sent = es.bytes_sent;
   cs.bytes_received = es.bytes_received;
+  cs.messages_sent = es.messages_sent;
   cs.t_kernel = es.t_kernel;
   cs.t_wait = es.t_wait;
   cs.t_total = secs(t_start, Clock::now());

@@ -52,6 +52,7 @@ struct CallStats {
   int64_t numel = 0;
   int64_t bytes_sent = 0;       // main all-reduce, this rank
   int64_t bytes_received = 0;
+  int64_t messages_sent = 0;    // block messages (a two-part message counts once)
   int64_t meta_bytes_sent = 0;  // statistics all-reduce, this rank
   double bits_per_coord = 0.0;  // wire bits per coordinate of one full copy of the bucket
   int64_t width_units[5] = {0, 0, 0, 0, 0};

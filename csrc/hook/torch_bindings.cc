@@ -50,6 +50,7 @@ py::dict stats_dict(const CallStats& s) {
   d["numel"] = s.numel;
   d["bytes_sent"] = s.bytes_sent;
   d["bytes_received"] = s.bytes_received;
+  d["messages_sent"] = s.messages_sent;
   d["meta_bytes_sent"] = s.meta_bytes_sent;
   d["bits_per_coord"] = s.bits_per_coord;
   py::dict h;
