@@ -1,21 +1,30 @@
-"""All-reduce time: dynamiq against Gloo's own all-reduce and PyTorch's fp16
-compression, measured in the same run.
+"""All-reduce time: dynamiq against Gloo's own all-reduce and PyTorch's
+built-in communication hooks, all measured in the same run.
 
-    python experiments/bench_allreduce.py --worlds 2 4 --sizes-mb 1 16 64 \
-        --methods gloo fp16 none:ring none:butterfly --repeats 7
+    # loopback (no root), 2 and 4 local ranks:
+    python experiments/bench_allreduce.py --worlds 2 4 --sizes-mb 1 16 64
+    # the emulated cluster (root): 4 ranks on 1 Gbit/s links
+    python experiments/bench_allreduce.py --netbed 1gbit --worlds 4 --sizes-mb 64
 
-Methods: `gloo` (torch.distributed.all_reduce, float32: the baseline), `fp16`
-(the code path of torch's fp16_compress_hook: cast to fp16, divide, Gloo
-all-reduce in fp16, cast back), and `<mode>:<topology>[:<bits>]` for dynamiq
-(e.g. `none:ring`, `dynamiq:butterfly:5`, `lossless:ring`,
-`bitsplit:twostep:4`). Ranks are local processes on loopback unless
-`--netbed RATE` runs them in the emulated cluster (experiments/netbed).
-Writes JSON and a markdown table (default experiments/out/bench_allreduce.*).
+Rows (`--methods`):
+  gloo                     torch.distributed.all_reduce (float32): the baseline
+  fp16                     the code path of torch's fp16_compress_hook: cast, divide, Gloo fp16 all-reduce, cast back
+  <mode>:<topo>[:<bits>]   dynamiq.all_reduce, e.g. none:ring, dynamiq:butterfly:5, lossless:ring, bitsplit:twostep:4
+  ddp:<hook>               a DDP model whose gradients are exactly one bucket of the size: time of
+                           backward() minus the same backward under no_sync() (compute only), so it is
+                           the hook's exposed communication time. <hook> = allreduce (DDP's default),
+                           fp16 (fp16_compress_hook), powersgd1 / powersgd4 (powerSGD_hook, rank 1 / 4),
+                           dynamiq5 (dynamiq.register, 5 bits, ring)
+Columns: median time and spread of `--repeats` runs (slowest rank), algorithm and
+bus bandwidth, bytes each rank sends (dynamiq's own count), the speedup over
+Gloo, and the ideal speedup from bytes alone (Gloo's bytes / ours), so the gap to
+the wire limit is visible. A row whose method fails shows its error.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import tempfile
@@ -24,41 +33,32 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
 import benchlib  # noqa: E402
 
 
-def parse_method(m: str):
-    if m in ("gloo", "fp16"):
-        return m, None
-    parts = m.split(":")
-    mode, topo = parts[0], parts[1] if len(parts) > 1 else "ring"
-    bits = float(parts[2]) if len(parts) > 2 else None
-    return "dynamiq", (mode, topo, bits)
-
-
-def make_runner(method: str, x: torch.Tensor, world: int):
-    """A callable that all-reduces x in place (mean) and returns the bytes this rank sent, if known."""
-    kind, spec = parse_method(method)
-    if kind == "gloo":
+# ---- methods --------------------------------------------------------------------------
+def collective_runner(method: str, x: torch.Tensor, world: int):
+    """A callable that all-reduces x (mean) in place and returns the bytes this rank sent, if known."""
+    if method == "gloo":
         def run():
             dist.all_reduce(x)
             x.div_(world)
-            return None
         return run
-    if kind == "fp16":
-        def run():  # torch.distributed.algorithms.ddp_comm_hooks.default_hooks.fp16_compress_hook
+    if method == "fp16":
+        def run():  # torch/distributed/algorithms/ddp_comm_hooks/default_hooks.py: fp16_compress_hook
             c = x.to(torch.float16).div_(world)
             dist.all_reduce(c)
             x.copy_(c)
-            return None
         return run
     import dynamiq
     from dynamiq.api import run_collective
-    mode, topo, bits = spec
+    parts = method.split(":")
+    mode, topo = parts[0], parts[1] if len(parts) > 1 else "ring"
     kw = {"mode": mode, "topology": topo}
-    if bits is not None:
-        kw["bits"] = int(bits) if mode == "bitsplit" else bits
+    if len(parts) > 2:
+        kw["bits"] = int(parts[2]) if mode == "bitsplit" else float(parts[2])
     cfg = dynamiq.Config(**kw)
     name = dist.group.WORLD.group_name
     seq = [0]
@@ -70,11 +70,79 @@ def make_runner(method: str, x: torch.Tensor, world: int):
     return run
 
 
-def rank_main(rank: int, world: int, args, store: str, out_q) -> None:
+class _Flat(torch.nn.Module):
+    """Square weight matrices totalling `numel` parameters (PowerSGD compresses matrices)."""
+
+    def __init__(self, numel: int) -> None:
+        super().__init__()
+        side = 1024
+        k = max(1, numel // (side * side))
+        rows = numel // (k * side)
+        self.ws = torch.nn.ParameterList(torch.nn.Parameter(torch.randn(rows, side) * 1e-3) for _ in range(k))
+
+    def forward(self, v: torch.Tensor) -> torch.Tensor:
+        return sum((w * v[: w.shape[0], None]).sum() for w in self.ws)
+
+
+def ddp_runner(method: str, numel: int, world: int):
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    hook = method.split(":", 1)[1]
+    model = _Flat(numel)
+    nbytes = sum(p.numel() for p in model.parameters()) * 4
+    ddp = DDP(model, bucket_cap_mb=nbytes / 2**20 + 1)  # one bucket: PowerSGD on Gloo needs it (FIELD-NOTES)
+    state_holder = {}
+    if hook == "fp16":
+        from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import fp16_compress_hook
+        ddp.register_comm_hook(dist.group.WORLD, fp16_compress_hook)
+    elif hook.startswith("powersgd"):
+        from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as ps
+        st = ps.PowerSGDState(process_group=dist.group.WORLD, matrix_approximation_rank=int(hook[8:]),
+                              start_powerSGD_iter=2, min_compression_rate=1, use_error_feedback=True,
+                              warm_start=True)
+        ddp.register_comm_hook(st, ps.powerSGD_hook)
+    elif hook == "dynamiq5":
+        import dynamiq
+        state_holder["s"] = dynamiq.register(ddp, dynamiq.Config(mode="dynamiq", bits=5.0))
+    elif hook != "allreduce":
+        raise ValueError(f"unknown DDP hook {hook!r}")
+    g = torch.Generator().manual_seed(dist.get_rank())
+    v = torch.randn(1024, generator=g)
+
+    def backward(sync: bool):
+        ddp.zero_grad(set_to_none=False)
+        if sync:
+            ddp(v).backward()
+        else:
+            with ddp.no_sync():
+                ddp(v).backward()
+
+    # compute-only backward time, to subtract
+    import time
+    for _ in range(2):
+        backward(False)
+    t = []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        backward(False)
+        t.append(time.perf_counter() - t0)
+    compute = sorted(t)[len(t) // 2]
+
+    def run():
+        backward(True)
+        s = state_holder.get("s")
+        if s is not None:
+            return sum(x["bytes_sent"] + x["meta_bytes_sent"] for x in s.last_step_stats)
+        return None
+    return run, compute, nbytes
+
+
+# ---- one rank --------------------------------------------------------------------------
+def rank_main(rank: int, world: int, args, init_method: str, out_path: str) -> None:
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world,
-                            timeout=timedelta(seconds=300))
+    dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=world,
+                            timeout=timedelta(seconds=args.pg_timeout))
     rows = []
     for mb in args.sizes_mb:
         numel = int(mb * (1 << 20)) // 4
@@ -84,75 +152,127 @@ def rank_main(rank: int, world: int, args, store: str, out_q) -> None:
         for method in args.methods:
             row = benchlib.Row(method=method, world=world, bytes=numel * 4, dtype="float32")
             try:
-                run = make_runner(method, x, world)
-
-                def fn():
-                    x.copy_(x0)
-                    return run()
-                row.times, row.wire_bytes_per_rank = benchlib.time_collective(fn, args.repeats, args.warmup)
+                if method.startswith("ddp:"):
+                    run, compute, nbytes = ddp_runner(method, numel, world)
+                    row.bytes = nbytes
+                    row.times, row.wire_bytes_per_rank = benchlib.time_collective(run, args.repeats, warmup=3)
+                    row.times = [max(t - compute, 1e-9) for t in row.times]
+                    row.extra["compute_s"] = compute
+                else:
+                    run = collective_runner(method, x, world)
+                    row.times, row.wire_bytes_per_rank = benchlib.time_collective(
+                        run, args.repeats, args.warmup, prepare=lambda: x.copy_(x0))
             except Exception as e:  # noqa: BLE001 - a failing peer is a failed row, not a missing one
                 row.error = f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"
+                # a broken collective can leave the group unusable: stop this world's rows here
+                rows.append(row)
+                if rank == 0:
+                    print(f"[bench] world {world} {mb:g} MB {method:20s} FAILED {row.error}", flush=True)
+                if "Timeout" in row.error or "Connection" in row.error:
+                    break
+                continue
             rows.append(row)
             if rank == 0:
-                status = row.error or f"median {row.median * 1e3:.1f} ms"
-                print(f"[bench] world {world} {mb:g} MB {method:24s} {status}", flush=True)
+                print(f"[bench] world {world} {mb:g} MB {method:20s} median {row.median * 1e3:9.1f} ms "
+                      f"spread {row.spread * 100:4.0f}%", flush=True)
     if rank == 0:
-        out_q.put([r.to_dict() for r in rows])
+        with open(out_path, "w") as f:
+            json.dump([r.to_dict() for r in rows], f)
     dist.destroy_process_group()
 
 
-def run_world(world: int, args) -> list:
+def run_world_local(world: int, args) -> list:
     import torch.multiprocessing as mp
 
+    tmp = tempfile.mkdtemp(prefix="dynamiq-bench-")
+    out = os.path.join(tmp, "rows.json")
     ctx = mp.get_context("spawn")
-    q = ctx.SimpleQueue()
-    store = os.path.join(tempfile.mkdtemp(prefix="dynamiq-bench-"), "store")
-    procs = [ctx.Process(target=rank_main, args=(r, world, args, store, q)) for r in range(world)]
+    procs = [ctx.Process(target=rank_main, args=(r, world, args, f"file://{tmp}/store", out)) for r in range(world)]
     for p in procs:
         p.start()
     for p in procs:
         p.join()
-    if any(p.exitcode != 0 for p in procs):
-        raise SystemExit(f"world {world}: a rank failed (exit codes {[p.exitcode for p in procs]})")
-    return q.get()
+    if not os.path.exists(out):
+        raise SystemExit(f"world {world}: no results (exit codes {[p.exitcode for p in procs]})")
+    return json.load(open(out))
 
 
-def report(rows: list, args) -> str:
+def run_world_netbed(world: int, args) -> list:
+    sys.path.insert(0, os.path.dirname(HERE))
+    from experiments.netbed import run
+
+    tmp = tempfile.mkdtemp(prefix="dynamiq-bench-")
+    out = os.path.join(tmp, "rows.json")
+    argv = ["--worker", out] + sys.argv[1:]
+    res = run(os.path.abspath(__file__), argv, world=world, rate=args.netbed, timeout=args.timeout, stream=0)
+    if not os.path.exists(out):
+        res.raise_for_failure()
+        raise SystemExit(f"world {world}: no results")
+    return json.load(open(out))
+
+
+def report(rows: list, args, rate_bps: float) -> str:
     headers = ["world", "size", "method", "median ms", "spread", "algbw GB/s", "busbw GB/s",
-               "bytes sent/rank", "vs gloo"]
-    base = {(r["world"], r["bytes"]): r["median"] for r in rows if r["method"] == "gloo" and not r["error"]}
+               "bytes sent/rank", "speedup vs gloo", "ideal (bytes)"]
+    if rate_bps:
+        headers.append("% of wire bound")
+    base = {(r["world"], r["bytes"]): r for r in rows if r["method"] == "gloo" and not r["error"]}
     table = []
     for r in rows:
+        cells = [str(r["world"]), benchlib.fmt_bytes(r["bytes"]), r["method"]]
         if r["error"]:
-            table.append([str(r["world"]), benchlib.fmt_bytes(r["bytes"]), r["method"], "failed: " + r["error"],
-                          "", "", "", "", ""])
+            table.append(cells + ["failed: " + r["error"]] + [""] * (len(headers) - 4))
             continue
         b = base.get((r["world"], r["bytes"]))
-        table.append([str(r["world"]), benchlib.fmt_bytes(r["bytes"]), r["method"], f"{r['median'] * 1e3:.2f}",
-                      f"{r['spread'] * 100:.0f}%", f"{r['algbw'] / 1e9:.3f}", f"{r['busbw'] / 1e9:.3f}",
-                      benchlib.fmt_bytes(r["wire_bytes_per_rank"]) if r["wire_bytes_per_rank"] else "-",
-                      f"{r['median'] / b:.2f}x" if b else "-"])
+        n = r["world"]
+        gloo_bytes = 2 * (n - 1) / n * r["bytes"]  # ring all-reduce bytes per rank
+        sent = r["wire_bytes_per_rank"]
+        if sent is None and r["method"] in ("gloo", "ddp:allreduce"):
+            sent = gloo_bytes
+        elif sent is None and r["method"] in ("fp16", "ddp:fp16"):
+            sent = gloo_bytes / 2
+        cells += [f"{r['median'] * 1e3:.1f}", f"{r['spread'] * 100:.0f}%", f"{r['algbw'] / 1e9:.3f}",
+                  f"{r['busbw'] / 1e9:.3f}", benchlib.fmt_bytes(sent) if sent else "?",
+                  f"{b['median'] / r['median']:.2f}x" if b else "-",
+                  f"{gloo_bytes / sent:.2f}x" if sent else "?"]
+        if rate_bps:
+            bound = (sent or gloo_bytes) * 8 / (rate_bps * benchlib.GOODPUT)
+            cells.append(f"{100 * bound / r['median']:.0f}%")
+        table.append(cells)
     return benchlib.markdown_table(headers, table)
 
 
 def main(argv=None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    worker_out = None
+    if argv and argv[0] == "--worker":
+        worker_out, argv = argv[1], argv[2:]
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--worlds", type=int, nargs="+", default=[2, 4])
     p.add_argument("--sizes-mb", type=float, nargs="+", default=[1, 16, 64])
     p.add_argument("--methods", nargs="+", default=["gloo", "fp16", "none:ring", "none:butterfly"])
     p.add_argument("--repeats", type=int, default=7)
     p.add_argument("--warmup", type=int, default=1)
-    p.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "out",
-                                                 "bench_allreduce.json"))
+    p.add_argument("--netbed", default=None, help="run in the emulated cluster at this rate (e.g. 1gbit); root")
+    p.add_argument("--timeout", type=float, default=3600)
+    p.add_argument("--pg-timeout", type=float, default=600)
+    p.add_argument("--out", default=os.path.join(HERE, "out", "bench_allreduce.json"))
     args = p.parse_args(argv)
+    if worker_out is not None:  # one rank inside the netbed: env:// rendezvous
+        rank_main(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), args, "env://", worker_out)
+        return
     rows = []
     for w in args.worlds:
-        rows += run_world(w, args)
-    md = report(rows, args)
-    cmd = "python experiments/bench_allreduce.py " + " ".join(sys.argv[1:] if argv is None else argv)
-    header = (f"Command: `{cmd}`\n\nMachine: {benchlib.machine_info()}\n\n"
+        rows += run_world_netbed(w, args) if args.netbed else run_world_local(w, args)
+    rate_bps = benchlib.parse_rate(args.netbed) if args.netbed else 0.0
+    md = report(rows, args, rate_bps)
+    cmd = "python experiments/bench_allreduce.py " + " ".join(argv)
+    where = f"netbed at {args.netbed} per link" if args.netbed else "loopback (unshaped)"
+    header = (f"Command: `{cmd}`\n\nNetwork: {where}. Machine: {benchlib.machine_info()}\n\n"
               f"Time = slowest rank, median of {args.repeats} repeats; spread = (max-min)/median; "
-              f"{benchlib.BUSBW_FORMULA}; 'vs gloo' = median / Gloo's median in the same run (lower is faster).\n\n")
+              f"{benchlib.BUSBW_FORMULA}; speedup = Gloo's median / this row's median (same run); "
+              "ideal = Gloo's ring bytes per rank / this row's bytes per rank"
+              + ("; % of wire bound = (bytes sent x 8 / goodput) / median" if rate_bps else "") + ".\n\n")
     print(header + md)
     benchlib.save(args.out, {"command": cmd, "machine": benchlib.machine_info(), "rows": rows}, header + md)
 

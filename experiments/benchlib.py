@@ -27,6 +27,20 @@ import torch
 import torch.distributed as dist
 
 BUSBW_FORMULA = "busbw = algbw * 2(n-1)/n, algbw = bucket bytes / median time"
+# tbf counts 1514-byte Ethernet frames carrying 1448 bytes of TCP payload
+# (experiments/results/netbed.md): goodput = rate * 1448 / 1514.
+GOODPUT = 1448 / 1514
+
+
+def parse_rate(rate: str) -> float:
+    """'100mbit', '1gbit', '2.5g', '10gbit' -> bits per second (0 for 'none')."""
+    r = rate.lower().strip()
+    if r in ("none", "0"):
+        return 0.0
+    for suffix, mult in (("gbit", 1e9), ("mbit", 1e6), ("kbit", 1e3), ("g", 1e9), ("m", 1e6), ("k", 1e3)):
+        if r.endswith(suffix):
+            return float(r[: -len(suffix)]) * mult
+    return float(r)
 
 
 @dataclass
@@ -62,17 +76,23 @@ class Row:
         return d
 
 
-def time_collective(fn: Callable[[], Optional[float]], repeats: int, warmup: int = 1) -> tuple:
-    """Runs fn (which may return bytes sent by this rank) warmup + repeats times.
+def time_collective(fn: Callable[[], Optional[float]], repeats: int, warmup: int = 1,
+                    prepare: Optional[Callable[[], object]] = None) -> tuple:
+    """Runs fn (which may return bytes sent by this rank) warmup + repeats times;
+    `prepare` (untimed) runs before each.
 
     Returns (times, max bytes sent per call over ranks). Must be called on
     every rank of the default group.
     """
     sent = 0.0
     for _ in range(warmup):
+        if prepare:
+            prepare()
         fn()
     times = []
     for _ in range(repeats):
+        if prepare:
+            prepare()
         dist.barrier()
         t0 = time.perf_counter()
         b = fn()
