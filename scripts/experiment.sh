@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# One command per benchmark / experiment, from a clean checkout: set-up
+# (scripts/setup.sh, plus torchao for the MX reference peer and iperf3 when
+# root), then run. Output: experiments/out/<name>.{json,md,png}.
+#   bash scripts/experiment.sh kernels        # C++ kernel throughput vs memcpy (~3 min)
+#   bash scripts/experiment.sh allreduce      # loopback all-reduce, 2 and 4 ranks (~10 min)
+#   bash scripts/experiment.sh netbed         # emulated cluster, 1 and 10 Gbit/s, 2 and 4 ranks (root, ~60 min)
+#   bash scripts/experiment.sh vnmse          # the paper's error tables on real gradients (~10 min)
+#   bash scripts/experiment.sh topology       # vNMSE against world size 2..64 (~20 min)
+#   bash scripts/experiment.sh train          # time to accuracy, 4 ranks at 1 Gbit/s (root, ~45 min)
+# Extra arguments go to the experiment's script.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+PY=.venv/bin/python
+export PATH="$PWD/.venv/bin:$PATH"
+what=${1:?usage: scripts/experiment.sh kernels|allreduce|netbed|vnmse|topology|train [args]}
+shift
+case "$what" in
+  kernels)
+    cmake -S . -B build/bench -G Ninja -DDYNAMIQ_BUILD_PYTHON=OFF -DDYNAMIQ_BUILD_BENCHMARKS=ON -DDYNAMIQ_CUDA=OFF >/dev/null
+    ninja -C build/bench -j2 bench_kernels bench_lossless bench_bitsplit >/dev/null
+    mkdir -p experiments/out
+    build/bench/bench_kernels "$@" | tee experiments/out/kernels.txt
+    build/bench/bench_lossless | tee experiments/out/lossless_kernels.txt
+    build/bench/bench_bitsplit | tee experiments/out/bitsplit_kernels.txt ;;
+  allreduce)
+    $PY experiments/bench_allreduce.py --worlds 2 4 --sizes-mb 1 16 64 \
+      --methods gloo fp16 none:ring none:butterfly dynamiq:ring:5 dynamiq:butterfly:5 lossless:ring bitsplit:twostep:4 \
+      --out experiments/out/bench_allreduce_loopback.json "$@" ;;
+  netbed)
+    [ "$(id -u)" -eq 0 ] || { echo "netbed needs root (network namespaces); try 'allreduce' for loopback"; exit 2; }
+    command -v iperf3 >/dev/null || apt-get install -y --no-install-recommends iperf3 >/dev/null 2>&1 || true
+    for rate in 1gbit 10gbit; do
+      $PY experiments/bench_allreduce.py --netbed $rate --worlds 2 4 --sizes-mb 4 64 256 --repeats 5 \
+        --methods gloo fp16 ddp:allreduce ddp:fp16 ddp:powersgd1 ddp:powersgd4 none:ring \
+          dynamiq:ring:3 dynamiq:ring:4 dynamiq:ring:5 dynamiq:ring:6 dynamiq:butterfly:3 dynamiq:butterfly:4 \
+          dynamiq:butterfly:5 dynamiq:butterfly:6 lossless:ring bitsplit:twostep:8 bitsplit:twostep:4 bitsplit:twostep:2 \
+        --out experiments/out/bench_allreduce_netbed_$rate.json "$@"
+    done ;;
+  vnmse)
+    $PY -c "import torchao" 2>/dev/null || $PY -m pip install -q --no-deps torchao
+    $PY experiments/vnmse.py "$@" ;;
+  topology)
+    $PY experiments/topology.py "$@" ;;
+  train)
+    [ "$(id -u)" -eq 0 ] || { echo "train runs in the netbed and needs root; add --loopback to run unshaped"; }
+    $PY experiments/train.py "$@" ;;
+  *) echo "unknown experiment: $what"; exit 2 ;;
+esac
