@@ -25,9 +25,18 @@ class BufferPool {
     std::unique_ptr<uint8_t[]> mem;
     size_t capacity = 0;
     size_t size = 0;  // bytes in use
-    uint8_t* data() { return mem.get(); }
+    uint8_t* ext = nullptr;  // set: a view of memory the pool does not own (the bucket)
+    uint8_t* data() { return ext ? ext : mem.get(); }
   };
   using Ptr = std::shared_ptr<Buf>;
+
+  // A buffer over caller memory (zero-copy into/out of the bucket).
+  static Ptr view(uint8_t* p, size_t size) {
+    auto* b = new Buf();
+    b->ext = p;
+    b->size = size;
+    return Ptr(b);
+  }
 
   Ptr get(size_t capacity) {
     std::unique_ptr<Buf> b;
@@ -218,7 +227,11 @@ void execute(Transport& tr, const Codec& codec, const Plan& plan, const BlockTab
       if (next_recv > must_include && inflight >= args.window_bytes) break;
       const Block& b = bt.blocks[size_t(op.block)];
       const size_t sb = codec.static_bytes(plan, b);
-      auto buf = pool->get(codec.max_message_bytes(plan, b));
+      // Final bytes that are the result itself go straight into the bucket. Safe
+      // to post early: they can only arrive after this rank's own contribution
+      // to the block (read from that same memory) has been delivered.
+      uint8_t* view = op.role == Role::kRecvFinal ? codec.output_view(args.out, plan, b) : nullptr;
+      auto buf = view ? BufferPool::view(view, 0) : pool->get(codec.max_message_bytes(plan, b));
       PostedRecv pr;
       pr.op = next_recv;
       pr.static_bytes = sb;
@@ -262,7 +275,9 @@ void execute(Transport& tr, const Codec& codec, const Plan& plan, const BlockTab
           }
           case Role::kRecvDAR:
           case Role::kRecvSink: {
-            auto out = pool->get(codec.max_message_bytes(plan, blk));
+            uint8_t* view = op.role == Role::kRecvSink ? codec.output_view(args.out, plan, blk) : nullptr;
+            if (view) before_output(op.block);
+            auto out = view ? BufferPool::view(view, 0) : pool->get(codec.max_message_bytes(plan, blk));
             kernel_timer([&] {
               out->size = codec.decompress_accumulate_recompress(msg, total, local_of(op.block), plan,
                                                                  blk, args.rng, out->data());
@@ -270,15 +285,17 @@ void execute(Transport& tr, const Codec& codec, const Plan& plan, const BlockTab
             if (op.role == Role::kRecvDAR) {
               pending[size_t(op.block)] = out;
             } else {
-              before_output(op.block);
-              kernel_timer([&] { codec.decompress(out->data(), out->size, plan, blk, args.out); });
+              if (!view) {
+                before_output(op.block);
+                kernel_timer([&] { codec.decompress(out->data(), out->size, plan, blk, args.out); });
+              }
               finals[size_t(op.block)] = out;
             }
             break;
           }
           case Role::kRecvFinal: {
             before_output(op.block);
-            kernel_timer([&] { codec.decompress(msg, total, plan, blk, args.out); });
+            if (!pr.buf->ext) kernel_timer([&] { codec.decompress(msg, total, plan, blk, args.out); });
             finals[size_t(op.block)] = pr.buf;
             break;
           }

@@ -121,6 +121,14 @@ class Codec {
     (void)x, (void)plan, (void)b;
     return nullptr;
   }
+  // Zero-copy output: if decompress(bytes) would copy the bytes unchanged into
+  // the bucket (identity codec, no divisor, no bias), the block's place in the
+  // bucket, else null. The executor then receives final bytes straight into
+  // the bucket and lets the sink write its final bytes there.
+  virtual uint8_t* output_view(const Output& y, const Plan& plan, const Block& b) const {
+    (void)y, (void)plan, (void)b;
+    return nullptr;
+  }
   // Leaf: out <- compress(local). Returns the bytes written (static + dynamic).
   virtual size_t compress(const Local& x, const Plan& plan, const Block& b, const RngCtx& rng,
                           uint8_t* out) const = 0;

@@ -65,6 +65,12 @@ const uint8_t* IdentityCodec::wire_view(const Local& x, const Plan& plan, const 
   return static_cast<const uint8_t*>(x.bucket) + s.e0 * dtype_size(plan.dtype);
 }
 
+uint8_t* IdentityCodec::output_view(const Output& y, const Plan& plan, const Block& b) const {
+  if (y.divisor != 1.0f || !y.bucket) return nullptr;
+  Span s = block_span(plan, b);
+  return static_cast<uint8_t*>(y.bucket) + s.e0 * dtype_size(plan.dtype);
+}
+
 size_t IdentityCodec::compress(const Local& x, const Plan& plan, const Block& b, const RngCtx&,
                                uint8_t* out) const {
   Span s = block_span(plan, b);
@@ -77,7 +83,8 @@ size_t IdentityCodec::compress(const Local& x, const Plan& plan, const Block& b,
       const float* a = r.acc + s.e0;
       for (int64_t i = 0; i < s.e1 - s.e0; ++i) Tr::store(o, i, a[i]);
     } else {
-      std::memcpy(out, r.bucket + s.e0, bytes);
+      if (static_cast<const void*>(out) != static_cast<const void*>(r.bucket + s.e0))
+        std::memcpy(out, r.bucket + s.e0, bytes);
     }
   });
   return bytes;

@@ -20,6 +20,7 @@ class IdentityCodec final : public Codec {
   std::string name() const override { return "identity"; }
   size_t static_bytes(const Plan& plan, const Block& b) const override;
   const uint8_t* wire_view(const Local& x, const Plan& plan, const Block& b) const override;
+  uint8_t* output_view(const Output& y, const Plan& plan, const Block& b) const override;
   size_t compress(const Local& x, const Plan& plan, const Block& b, const RngCtx& rng,
                   uint8_t* out) const override;
   void decompress(const uint8_t* in, size_t in_bytes, const Plan& plan, const Block& b,
