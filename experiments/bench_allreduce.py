@@ -9,7 +9,8 @@ built-in communication hooks, all measured in the same run.
 Rows (`--methods`):
   gloo                     torch.distributed.all_reduce (float32): the baseline
   fp16                     the code path of torch's fp16_compress_hook: cast, divide, Gloo fp16 all-reduce, cast back
-  <mode>:<topo>[:<bits>]   dynamiq.all_reduce, e.g. none:ring, dynamiq:butterfly:5, lossless:ring, bitsplit:twostep:4
+  <mode>:<topo>[:<bits>][@<block>]  dynamiq.all_reduce, e.g. none:ring, dynamiq:butterfly:5, lossless:ring,
+                           bitsplit:twostep:4, dynamiq:ring:5@256k (pipelining block of 256 KiB)
   ddp:<hook>               a DDP model whose gradients are exactly one bucket of the size: time of
                            backward() minus the same backward under no_sync() (compute only), so it is
                            the hook's exposed communication time. <hook> = allreduce (DDP's default),
@@ -54,11 +55,17 @@ def collective_runner(method: str, x: torch.Tensor, world: int):
         return run
     import dynamiq
     from dynamiq.api import run_collective
+    block = None
+    if "@" in method:  # e.g. dynamiq:ring:5@256k: pipelining block size
+        method, b = method.split("@")
+        block = int(float(b.lower().rstrip("kmb").rstrip("k")) * {"k": 1 << 10, "m": 1 << 20}.get(b.lower()[-1], 1))
     parts = method.split(":")
     mode, topo = parts[0], parts[1] if len(parts) > 1 else "ring"
     kw = {"mode": mode, "topology": topo}
     if len(parts) > 2:
         kw["bits"] = int(parts[2]) if mode == "bitsplit" else float(parts[2])
+    if block:
+        kw["block_bytes"] = block
     cfg = dynamiq.Config(**kw)
     name = dist.group.WORLD.group_name
     seq = [0]
