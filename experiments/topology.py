@@ -31,8 +31,11 @@ import dynamiq  # noqa: E402
 
 DEFAULT_ROWS = [
     "dynamiq:5:correlated", "dynamiq:5:independent", "dynamiq:3:correlated",
-    "bitsplit:4", "bitsplit:8", "lossless",
+    "bitsplit:4", "bitsplit:8", "lossless", "none",
 ]
+# Exact rows: their vNMSE is float32 summation rounding against the float64
+# sum (~1e-15), not codec error; "lossless" must equal "none" exactly.
+EXACT_MODES = ("lossless", "none")
 
 
 def row_config(row: str, topology: str):
@@ -66,6 +69,16 @@ def vnmse(result: torch.Tensor, inputs) -> float:
     return float(((result.double() - exact) ** 2).sum() / (exact ** 2).sum())
 
 
+def fit_slope(recs) -> str:
+    """Least-squares slope of log vNMSE against log n ("-" with fewer than 2 points)."""
+    pts = [(math.log(r["n"]), math.log(r["vnmse"])) for r in recs if r.get("vnmse", 0) > 0]
+    if len(pts) < 2:
+        return "-"
+    mx = sum(a for a, _ in pts) / len(pts)
+    my = sum(b for _, b in pts) / len(pts)
+    return f"{sum((a - mx) * (b - my) for a, b in pts) / sum((a - mx) ** 2 for a, _ in pts):.2f}"
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--worlds", type=int, nargs="+", default=[2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64])
@@ -97,29 +110,33 @@ def main(argv=None) -> None:
                         cfg = row_config(row, topo).replace(seed=trial)
                         out = dynamiq.simulate(xs, cfg, op="sum")
                         vals.append(vnmse(out[0], xs))
+                        if mode == "lossless":  # must be bit-identical to the uncompressed schedule
+                            ref = dynamiq.simulate(xs, row_config("none", topo), op="sum")
+                            same = bool(torch.equal(out[0], ref[0]))
+                            rec["equals_none"] = rec.get("equals_none", True) and same
                     rec["vnmse"] = sum(vals) / len(vals)
                 results.append(rec)
                 print(f"[{done}/{total} {time.time() - t_start:6.0f}s] {row:24s} {topo:9s} n={n:3d} "
-                      f"{rec.get('vnmse', rec.get('error'))}", flush=True)
+                      f"{rec.get('vnmse', rec.get('error'))}"
+                      + (f" equals none: {rec['equals_none']}" if "equals_none" in rec else ""), flush=True)
 
     # table: rows x topology, columns n; and log-log slope fits
-    headers = ["row", "topology"] + [f"n={n}" for n in args.worlds] + ["slope"]
+    headers = ["row", "topology"] + [f"n={n}" for n in args.worlds] + ["slope", "slope n>=8"]
     table = []
     for row in args.rows:
         for topo in args.topologies:
             recs = [r for r in results if r["row"] == row and r["topology"] == topo]
             cells = [f"{r['vnmse']:.2e}" if "vnmse" in r else r["error"] for r in recs]
-            pts = [(math.log(r["n"]), math.log(r["vnmse"])) for r in recs if r.get("vnmse", 0) > 0]
-            slope = "-"
-            if len(pts) >= 2:
-                mx = sum(a for a, _ in pts) / len(pts)
-                my = sum(b for _, b in pts) / len(pts)
-                slope = f"{sum((a - mx) * (b - my) for a, b in pts) / sum((a - mx) ** 2 for a, _ in pts):.2f}"
-            table.append([row, topo] + cells + [slope])
+            table.append([row, topo] + cells + [fit_slope(recs), fit_slope([r for r in recs if r["n"] >= 8])])
+    checked = [r["equals_none"] for r in results if "equals_none" in r]
+    lossless_exact = ("yes" if all(checked) else "NO") if checked else "not run"
     cmd = "python experiments/topology.py " + " ".join(sys.argv[1:] if argv is None else argv)
     md = (f"Command: `{cmd}`\n\nMachine: {benchlib.machine_info()}\n\n"
           f"vNMSE of the sum, {args.data} data, {args.numel} elements per rank, mean of {args.trials} trials; "
-          f"slope = least-squares slope of log vNMSE against log n.\n\n" + benchlib.markdown_table(headers, table))
+          f"slope = least-squares slope of log vNMSE against log n (all n, and n >= 8 only). "
+          f"Rows {', '.join(EXACT_MODES)}: float32 summation rounding, not codec error; "
+          f"lossless output bit-identical to mode none in every cell: {lossless_exact}.\n\n"
+          + benchlib.markdown_table(headers, table))
     print(md)
     benchlib.save(args.out, {"command": cmd, "args": vars(args), "results": results}, md)
     try:
@@ -128,20 +145,35 @@ def main(argv=None) -> None:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
 
-        fig, ax = plt.subplots(figsize=(7, 5))
+        lossy = [r for r in args.rows if r.split(":")[0] not in EXACT_MODES]
+        exact = [r for r in args.rows if r.split(":")[0] in EXACT_MODES]
+        fig, axes = plt.subplots(1, 2 if exact else 1, figsize=(12 if exact else 8, 7.5),
+                                 gridspec_kw={"width_ratios": [3, 1.4]} if exact else None, squeeze=False)
         styles = {"ring": "-", "butterfly": "--", "twostep": ":"}
-        for i, row in enumerate(args.rows):
-            for topo in args.topologies:
-                recs = [r for r in results if r["row"] == row and r["topology"] == topo and r.get("vnmse", 0) > 0]
-                if recs:
-                    ax.plot([r["n"] for r in recs], [r["vnmse"] for r in recs], styles.get(topo, "-"),
-                            color=f"C{i}", marker="o", ms=3, label=f"{row} {topo}")
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.set_xlabel("world size n")
-        ax.set_ylabel("vNMSE of the all-reduced sum")
-        ax.set_title(f"vNMSE vs world size ({args.data} data)")
-        ax.legend(fontsize=6, ncol=2)
+        markers = {"ring": "o", "butterfly": "s", "twostep": "^"}
+        for ax, rows_here, title in ((axes[0][0], lossy, f"lossy codecs ({args.data} data)"),
+                                     (axes[0][-1] if exact else None, exact, "exact modes: float32 rounding floor")):
+            if ax is None or not rows_here:
+                continue
+            for i, row in enumerate(rows_here):
+                for topo in args.topologies:
+                    recs = [r for r in results if r["row"] == row and r["topology"] == topo and r.get("vnmse", 0) > 0]
+                    if recs:
+                        ax.plot([r["n"] for r in recs], [r["vnmse"] for r in recs], styles.get(topo, "-"),
+                                color=f"C{args.rows.index(row)}", marker=markers.get(topo, "o"), ms=3,
+                                label=f"{row} {topo}")
+            ax.set_xscale("log", base=2)
+            ax.set_xticks(args.worlds, [str(n) for n in args.worlds])
+            ax.minorticks_off()
+            ax.set_yscale("log")
+            ax.set_xlabel("world size n (log scale)")
+            ax.set_ylabel("vNMSE of the all-reduced sum (log scale)")
+            ax.set_title(title, fontsize=10)
+            ax.grid(True, which="both", alpha=0.3)
+            ax.legend(fontsize=7, ncol=3 if len(rows_here) > 2 else 1, loc="upper center",
+                      bbox_to_anchor=(0.5, -0.13))
+        fig.suptitle(f"vNMSE vs world size, {args.numel} elements per rank, mean of {args.trials} trials "
+                     "(ring solid, butterfly dashed, twostep dotted)", fontsize=10)
         fig.tight_layout()
         fig.savefig(os.path.splitext(args.out)[0] + ".png", dpi=120)
     except ImportError:
