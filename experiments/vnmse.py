@@ -172,8 +172,21 @@ def main(argv=None) -> None:
     p.add_argument("--steps", type=int, default=600)
     p.add_argument("--captures", type=int, nargs="+", default=[0, 100, 300, 600])
     p.add_argument("--out", default=os.path.join(HERE, "out", "vnmse.json"))
+    p.add_argument("--grads-cache", default=None,
+                   help="torch.save the captured gradients here, or load them if the file exists "
+                        "(for the same --steps/--captures): re-evaluates rows without retraining")
     args = p.parse_args(argv)
-    grads = capture_gradients(args.steps, set(args.captures), workers=8)
+    key = (args.steps, sorted(set(args.captures)))
+    if args.grads_cache and os.path.exists(args.grads_cache):
+        cached = torch.load(args.grads_cache)
+        if cached["key"] != key:
+            sys.exit(f"{args.grads_cache} holds steps/captures {cached['key']}, not {key}")
+        grads = cached["grads"]
+        print(f"[grad] loaded {sorted(grads)} from {args.grads_cache}", flush=True)
+    else:
+        grads = capture_gradients(args.steps, set(args.captures), workers=8)
+        if args.grads_cache:
+            torch.save({"key": key, "grads": grads}, args.grads_cache)
     available = dynamiq.available_modes()
     try:
         mxe = mx_elements()
