@@ -193,6 +193,7 @@ def main(argv=None) -> None:
     except ImportError:
         mxe = {}
     results = {}
+    per_step = {}  # (label, column) -> {capture step: vNMSE}
     extra = {}
     all_rows = rows(available)
     t0 = time.time()
@@ -200,7 +201,7 @@ def main(argv=None) -> None:
         for col, topo, n in COLUMNS:
             vals, ratios = [], []
             err = None
-            for step, g in grads.items():
+            for step, g in sorted(grads.items()):
                 xs = g[:n]
                 try:
                     if kind == "dq":
@@ -226,6 +227,8 @@ def main(argv=None) -> None:
                     err = f"{type(e).__name__}: {e}"[:80]
                     break
             results[(label, col)] = err if err else sum(vals) / len(vals)
+            if not err:
+                per_step[(label, col)] = dict(zip(sorted(grads), vals))
             if ratios:
                 extra[(label, col)] = sum(ratios) / len(ratios)
         print(f"[{i + 1}/{len(all_rows)} {time.time() - t0:5.0f}s] {label:70s} " +
@@ -245,12 +248,22 @@ def main(argv=None) -> None:
         table.append([label] + cells)
     cmd = "python experiments/vnmse.py " + " ".join(sys.argv[1:] if argv is None else argv)
     md = (f"Command: `{cmd}`\n\nMachine: {benchlib.machine_info()}\n\n"
-          f"vNMSE of the all-reduced sum of real TinyGPT gradients ({len(grads[args.captures[0]][0])} coordinates), "
+          f"vNMSE of the all-reduced sum of real TinyGPT gradients ({len(next(iter(grads.values()))[0])} coordinates), "
           f"averaged over capture steps {sorted(grads)}. dynamiq/bitsplit/lossless: the real codec and schedule "
           "(dynamiq.simulate); MX: torchao's OCP MX quantiser at every hop of the same schedule.\n\n"
           + benchlib.markdown_table(headers, table))
+    # the average hides a trend: per capture step, ring n=4, for the headline rows
+    col0 = COLUMNS[0][0]
+    steps = sorted(grads)
+    trend = [[label] + [f"{per_step[(label, col0)][st]:.2e}" for st in steps]
+             for label, kind, _ in all_rows
+             if (label, col0) in per_step and (label.startswith("dynamiq") or kind == "mx")]
+    md += (f"\n\nPer capture step ({col0}):\n\n"
+           + benchlib.markdown_table(["scheme"] + [f"step {st}" for st in steps], trend))
     print(md)
     benchlib.save(args.out, {"command": cmd, "results": {f"{k[0]} | {k[1]}": v for k, v in results.items()},
+                             "per_step": {f"{k[0]} | {k[1]}": {str(st): v for st, v in d.items()}
+                                          for k, d in per_step.items()},
                              "lossless_ratio": {f"{k[0]} | {k[1]}": v for k, v in extra.items()}}, md)
 
 
