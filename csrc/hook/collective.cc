@@ -178,6 +178,7 @@ CallStats all_reduce(Transport& tr, const CollectiveConfig& cfg, const CallArgs&
     cs.messages_sent = es.messages_sent;
     cs.t_kernel = es.t_kernel;
     cs.t_wait = es.t_wait;
+    cs.t_post = es.t_post;
     cs.t_total = secs(t_start, Clock::now());
     return cs;
   }
@@ -225,6 +226,7 @@ CallStats all_reduce(Transport& tr, const CollectiveConfig& cfg, const CallArgs&
   cs.messages_sent = es.messages_sent;
   cs.t_kernel = es.t_kernel;
   cs.t_wait = es.t_wait;
+  cs.t_post = es.t_post;
   cs.t_total = secs(t_start, Clock::now());
   return cs;
 }

@@ -58,7 +58,7 @@ struct CallStats {
   int64_t width_units[5] = {0, 0, 0, 0, 0};
   int64_t blocks = 0;
   double t_local = 0.0, t_header = 0.0, t_meta = 0.0, t_plan = 0.0;
-  double t_kernel = 0.0, t_wait = 0.0, t_total = 0.0;
+  double t_kernel = 0.0, t_wait = 0.0, t_post = 0.0, t_total = 0.0;
   bool has_u = false;
   double u = 0.0;       // allocator state after this call (carry to the next step)
   double u_step = 0.0;

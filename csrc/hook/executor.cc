@@ -178,18 +178,22 @@ void execute(Transport& tr, const Codec& codec, const Plan& plan, const BlockTab
     const Block& b = bt.blocks[size_t(op.block)];
     const size_t sb = codec.static_bytes(plan, b);
     DQ_CHECK(buf->size >= sb, "codec produced fewer bytes than its static part");
+    auto t0 = Clock::now();
     tr.group_start();
     sends.push_back(PendingSend{tr.isend(buf->data(), sb, op.peer, op.tag), buf, -1});
     if (buf->size > sb)
       sends.push_back(PendingSend{
           tr.isend(buf->data() + sb, buf->size - sb, op.peer, op.tag | kDynamicTagBit), buf, -1});
     tr.group_end();
+    st.t_post += secs(t0, Clock::now());
     st.bytes_sent += int64_t(buf->size);
     st.messages_sent += 1;
   };
   auto post_send_view = [&](const Op& op, const uint8_t* data) {
     const size_t sb = codec.static_bytes(plan, bt.blocks[size_t(op.block)]);
+    auto t0 = Clock::now();
     sends.push_back(PendingSend{tr.isend(data, sb, op.peer, op.tag), nullptr, op.block});
+    st.t_post += secs(t0, Clock::now());
     zero_copy_pending[size_t(op.block)] = 1;
     st.bytes_sent += int64_t(sb);
     st.messages_sent += 1;
@@ -207,6 +211,7 @@ void execute(Transport& tr, const Codec& codec, const Plan& plan, const BlockTab
     zero_copy_pending[size_t(block)] = 0;
   };
   auto reap_sends = [&] {
+    auto t0 = Clock::now();
     size_t k = 0;
     for (size_t i = 0; i < sends.size(); ++i) {
       if (sends[i].req->test()) continue;  // completed: drop request and buffer ref
@@ -214,6 +219,7 @@ void execute(Transport& tr, const Codec& codec, const Plan& plan, const BlockTab
       ++k;
     }
     sends.resize(k);
+    st.t_post += secs(t0, Clock::now());
   };
   auto post_recvs_upto = [&](size_t must_include) {
     // Post receives in program order until the window is full, but always
@@ -236,7 +242,9 @@ void execute(Transport& tr, const Codec& codec, const Plan& plan, const BlockTab
       pr.op = next_recv;
       pr.static_bytes = sb;
       pr.buf = buf;
+      auto t0 = Clock::now();
       pr.req = tr.irecv(buf->data(), sb, op.peer, op.tag);
+      st.t_post += secs(t0, Clock::now());
       inflight += int64_t(buf->capacity);
       posted.push_back(std::move(pr));
       ++next_recv;

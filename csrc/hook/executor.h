@@ -17,6 +17,7 @@ struct ExecStats {
   int64_t messages_sent = 0;
   double t_kernel = 0.0;  // seconds inside codec kernels
   double t_wait = 0.0;    // seconds blocked waiting for the network
+  double t_post = 0.0;    // seconds inside the transport's isend/irecv/test calls
 };
 
 struct ExecArgs {

@@ -64,6 +64,7 @@ py::dict stats_dict(const CallStats& s) {
   d["t_plan"] = s.t_plan;
   d["t_kernel"] = s.t_kernel;
   d["t_wait"] = s.t_wait;
+  d["t_post"] = s.t_post;
   d["t_total"] = s.t_total;
   if (s.has_u) {
     d["u"] = py::make_tuple(s.u, s.u_step);
