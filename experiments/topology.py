@@ -10,7 +10,9 @@ butterfly's by O(n^2) (a factor n slower); two-step quantises each
 coordinate twice whatever n is. vNMSE = ||X_hat - X||^2 / ||X||^2 with X the
 exact (float64) sum; inputs are i.i.d. per rank (Gaussian, or Student-t with 3
 degrees of freedom for `--data heavy`), so ||X||^2 grows like n and vNMSE
-like MSE / n. Writes JSON, a markdown table and a PNG plot
+like MSE / n. `--data identical` gives every rank the same Gaussian vector:
+appendix B's worst case, where partial sums grow linearly with the subtree
+size and ||X||^2 like n^2. Writes JSON, a markdown table and a PNG plot
 (experiments/out/topology.*), and fits the log-log slope per row.
 """
 
@@ -55,6 +57,9 @@ def make_inputs(n: int, numel: int, data: str, seed: int):
     g = torch.Generator().manual_seed(seed)
     if data == "gaussian":
         return [torch.randn(numel, generator=g) * 1e-3 for _ in range(n)]
+    if data == "identical":
+        z = torch.randn(numel, generator=g) * 1e-3
+        return [z.clone() for _ in range(n)]
     # Student-t(3): heavy tails like gradients
     out = []
     for _ in range(n):
@@ -86,7 +91,7 @@ def main(argv=None) -> None:
     p.add_argument("--rows", nargs="+", default=DEFAULT_ROWS)
     p.add_argument("--numel", type=int, default=1 << 18)
     p.add_argument("--trials", type=int, default=3)
-    p.add_argument("--data", choices=["gaussian", "heavy"], default="gaussian")
+    p.add_argument("--data", choices=["gaussian", "heavy", "identical"], default="gaussian")
     p.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "out", "topology.json"))
     args = p.parse_args(argv)
 
