@@ -171,7 +171,7 @@ CallStats all_reduce(Transport& tr, const CollectiveConfig& cfg, const CallArgs&
   cs.path = path;
 
   if (path != Path::kCompressed) {
-    ExecStats es = run_exact(tr, cfg.topology, a.data, a.dtype, a.numel, a.op, cfg.block_bytes,
+    ExecStats es = run_exact(tr, cfg.topology, a.data, a.dtype, a.numel, a.op, cfg.exact_block_bytes(),
                              cfg.window_bytes, &cs);
     cs.bytes_sent = es.bytes_sent;
     cs.bytes_received = es.bytes_received;
@@ -186,7 +186,7 @@ CallStats all_reduce(Transport& tr, const CollectiveConfig& cfg, const CallArgs&
   // 3. metadata all-reduce
   t0 = Clock::now();
   if (!stats.empty())
-    all_reduce_exact_f32(tr, cfg.topology, stats.data(), int64_t(stats.size()), cfg.block_bytes,
+    all_reduce_exact_f32(tr, cfg.topology, stats.data(), int64_t(stats.size()), cfg.exact_block_bytes(),
                          cfg.window_bytes, &cs.meta_bytes_sent);
   cs.t_meta = secs(t0, Clock::now());
 
@@ -197,7 +197,7 @@ CallStats all_reduce(Transport& tr, const CollectiveConfig& cfg, const CallArgs&
   PlanInfo info;
   Plan plan = scheme->make_plan(a.dtype, a.numel, topology_chunks(cfg.topology, n), n,
                                 stats.empty() ? nullptr : stats.data(), ps, info);
-  BlockTable bt = make_blocks(plan, cfg.block_bytes);
+  BlockTable bt = make_blocks(plan, cfg.compressed_block_bytes());
   Program prog = make_program(cfg.topology, tr.rank(), n, bt);
   cs.t_plan = secs(t0, Clock::now());
   cs.bits_per_coord = info.bits_per_coord;

@@ -38,9 +38,18 @@ struct CollectiveConfig {
   bool hierarchical_scales = true;   // ablation: off = group scales as bf16
 
   // Driver.
-  int64_t block_bytes = 1 << 20;     // target wire bytes per pipelined block
+  // Target wire bytes per pipelined block; 0 = per path: kCompressedBlockBytes
+  // for the compressed paths (kernels overlap the transfer of the next block),
+  // kExactBlockBytes for the exact ones (nothing to overlap but a sum, and Gloo
+  // pays a fixed cost per message: measured 0.3-1 ms on loopback).
+  int64_t block_bytes = 0;
   int64_t min_compress_numel = 4096; // smaller buckets take the exact path
   int64_t window_bytes = 16 << 20;   // receive buffers posted ahead
+
+  static constexpr int64_t kCompressedBlockBytes = 1 << 20;
+  static constexpr int64_t kExactBlockBytes = 4 << 20;
+  int64_t compressed_block_bytes() const { return block_bytes > 0 ? block_bytes : kCompressedBlockBytes; }
+  int64_t exact_block_bytes() const { return block_bytes > 0 ? block_bytes : kExactBlockBytes; }
 
   // Hash of every field above (FNV-1a over a canonical encoding).
   uint64_t fingerprint() const;

@@ -59,7 +59,12 @@ class Config:
       spike_reserve: bitsplit: keep each group's min and max exactly. None:
         on for 2 and 3 bits.
       log_scales: bitsplit: integer log2 scales (theta = 10).
-      block_bytes: wire bytes per pipelined block (sub-chunk).
+      block_bytes: wire bytes per pipelined block (sub-chunk). 0 (default)
+        picks per path: 1 MiB on the compressed paths, where the kernel of
+        block k overlaps the transfer of block k+1, and 4 MiB on the exact
+        paths (mode none, fallbacks, metadata), where there is only a sum to
+        overlap and Gloo's per-message cost dominates on fast links
+        (experiments/RESULTS.md has the sweep).
       min_compress_numel: buckets with fewer elements take the exact path.
       window_bytes: receive buffers posted ahead per collective (rank-local).
     """
@@ -80,7 +85,7 @@ class Config:
     eps: Optional[tuple] = None
     uniform_levels: bool = False
     hierarchical_scales: bool = True
-    block_bytes: int = 1 << 20
+    block_bytes: int = 0
     min_compress_numel: int = 4096
     window_bytes: int = 16 * 1024 * 1024
 
@@ -134,8 +139,10 @@ class Config:
         for name, lo, hi in (("block_bytes", 1024, 1 << 30), ("min_compress_numel", 0, 1 << 40),
                              ("window_bytes", 1024, 1 << 34)):
             v = getattr(self, name)
+            if name == "block_bytes" and v == 0 and not isinstance(v, bool):
+                continue  # per-path default
             if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
-                raise _err(name, v, f"an integer in [{lo}, {hi}]")
+                raise _err(name, v, f"an integer in [{lo}, {hi}]" + (" or 0 (per-path default)" if name == "block_bytes" else ""))
 
     # -- derived --------------------------------------------------------------
     @property

@@ -119,6 +119,40 @@ TEST(ExactSum, LargeBucketRingAndButterfly) {
   }
 }
 
+// block_bytes = 0 picks the block size per path: 4 MiB on the exact path
+// (fewer messages: Gloo's per-message cost), 1 MiB on the compressed ones.
+// Ring with 2 ranks on a 32 MiB fp32 bucket: each 16 MiB chunk is sent once in
+// the reduce-scatter and once in the all-gather, in 16 MiB / block messages.
+TEST(ExactSum, DefaultBlockBytesPerPath) {
+  const int n = 2;
+  const int64_t numel = int64_t(8) << 20;
+  auto messages = [&](Mode mode, int64_t block_bytes) {
+    std::vector<std::vector<float>> x(n, std::vector<float>(size_t(numel), 1.0f));
+    std::vector<int64_t> msgs(n, 0);
+    InprocWorld world(n, std::chrono::seconds(60));
+    world.run([&](int r, Transport& t) {
+      CollectiveConfig c;
+      c.mode = mode;
+      c.topology = Topology::kRing;
+      c.block_bytes = block_bytes;
+      CallArgs a;
+      a.data = x[size_t(r)].data();
+      a.numel = numel;
+      msgs[size_t(r)] = all_reduce(t, c, a).messages_sent;
+    });
+    for (int r = 0; r < n; ++r) EXPECT_EQ(x[size_t(r)][12345], 2.0f);
+    return msgs[0];
+  };
+  EXPECT_EQ(messages(Mode::kNone, 0), 2 * (16 << 20) / CollectiveConfig::kExactBlockBytes);
+  EXPECT_EQ(messages(Mode::kNone, 1 << 20), 2 * 16);  // an explicit size applies to every path
+  // dynamiq, all-ones data: every super-group takes the same width, so the
+  // message count is the chunk's wire bytes over 1 MiB, rounded up, twice.
+  const int64_t m = messages(Mode::kDynamiq, 0);
+  EXPECT_GE(m, 2);
+  EXPECT_LE(m, 2 * ((int64_t(16) << 20) * 9 / 32 / CollectiveConfig::kCompressedBlockBytes + 1));
+  EXPECT_GT(m, 2 * 1) << "compressed path should pipeline in 1 MiB blocks";
+}
+
 TEST(ExactSum, Bf16AndF16RoundLikeTheReference) {
   // 16-bit buckets: every hop sums in float32 and rounds to the bucket type.
   // Small integers stay exact in both formats, so the result is exact.
