@@ -308,6 +308,99 @@ struct Ctx {
   bool stochastic_scales;
 };
 
+#if defined(__AVX2__)
+// ---- AVX2 building blocks (bit-identical to the scalar functions they mirror) ----
+
+// high 32 bits of a * b per 32-bit lane (perm_mulhi, philox mulhilo)
+inline __m256i mulhi_epu32(__m256i a, __m256i b) {
+  const __m256i pe = _mm256_mul_epu32(a, b);
+  const __m256i po = _mm256_mul_epu32(_mm256_srli_epi64(a, 32), _mm256_srli_epi64(b, 32));
+  return _mm256_blend_epi32(_mm256_srli_epi64(pe, 32), po, 0xAA);
+}
+
+// perm_mix32 on 8 lanes
+inline __m256i mix32_avx2(__m256i x) {
+  x = _mm256_xor_si256(x, _mm256_srli_epi32(x, 16));
+  x = _mm256_mullo_epi32(x, _mm256_set1_epi32(int(0x7feb352du)));
+  x = _mm256_xor_si256(x, _mm256_srli_epi32(x, 15));
+  x = _mm256_mullo_epi32(x, _mm256_set1_epi32(int(0x846ca68bu)));
+  x = _mm256_xor_si256(x, _mm256_srli_epi32(x, 16));
+  return x;
+}
+
+// perm_swap_or_not_t<kSmall>(n, rank, w) for NV x 8 words w (NV independent
+// chains interleaved: the round's multiplies have a long latency)
+template <bool kSmall, int NV>
+inline void swap_or_not_avx2(uint32_t n, uint32_t rank, const __m256i* w, __m256i* xo) {
+  const __m256i N = _mm256_set1_epi32(int(n));
+  __m256i x[NV];
+  for (int v = 0; v < NV; ++v) x[v] = _mm256_set1_epi32(int(rank));
+  for (uint32_t j = 0; j < uint32_t(kSwapOrNotRounds); ++j) {
+    const __m256i cj = _mm256_set1_epi32(int(0x9e3779b9u * (j + 1u)));
+    for (int v = 0; v < NV; ++v) {
+      const __m256i h = mix32_avx2(_mm256_xor_si256(w[v], cj));
+      const __m256i k = mulhi_epu32(h, N);
+      // k, x < n <= 2^16: signed compares are exact
+      const __m256i wrap = _mm256_and_si256(_mm256_cmpgt_epi32(x[v], k), N);  // k < x: + n
+      const __m256i xp = _mm256_sub_epi32(_mm256_add_epi32(k, wrap), x[v]);
+      const __m256i hi = _mm256_max_epi32(x[v], xp);
+      __m256i bit;
+      if constexpr (kSmall) {
+        const __m256i g = _mm256_mullo_epi32(h, _mm256_set1_epi32(int(0x2545f491u)));
+        bit = _mm256_srlv_epi32(g, _mm256_and_si256(hi, _mm256_set1_epi32(31)));
+        bit = _mm256_slli_epi32(bit, 31);  // bit 0 to the sign
+      } else {
+        bit = mix32_avx2(
+            _mm256_add_epi32(h, _mm256_mullo_epi32(_mm256_set1_epi32(int(0x85ebca6bu)), hi)));
+      }
+      x[v] = _mm256_blendv_epi8(x[v], xp, _mm256_srai_epi32(bit, 31));  // xp where bit
+    }
+  }
+  for (int v = 0; v < NV; ++v) xo[v] = x[v];
+}
+
+void fill_strata_avx2(const PermParams& pp, int S, const uint32_t* __restrict sw,
+                      float* __restrict pi) {
+  if (pp.n == 2) {
+    const __m256i r = _mm256_set1_epi32(int(pp.rank));
+    for (int i = 0; i < S; i += 8) {
+      const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sw + i));
+      _mm256_storeu_ps(pi + i, _mm256_cvtepi32_ps(_mm256_xor_si256(r, _mm256_srli_epi32(w, 31))));
+    }
+  } else if (pp.n <= uint32_t(kPermTableMaxN)) {
+    const int* col = reinterpret_cast<const int*>(pp.column);
+    const __m256i nf = _mm256_set1_epi32(int(pp.nfact));
+    for (int i = 0; i < S; i += 8) {
+      const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sw + i));
+      const __m256i m = mulhi_epu32(w, nf);  // < n! <= 40320
+      _mm256_storeu_ps(pi + i, _mm256_cvtepi32_ps(_mm256_i32gather_epi32(col, m, 4)));
+    }
+  } else {
+    constexpr int NV = 4;
+    int i = 0;
+    for (; i + 8 * NV <= S; i += 8 * NV) {
+      __m256i w[NV], x[NV];
+      for (int v = 0; v < NV; ++v)
+        w[v] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sw + i + 8 * v));
+      if (pp.n <= 32u)
+        swap_or_not_avx2<true, NV>(pp.n, pp.rank, w, x);
+      else
+        swap_or_not_avx2<false, NV>(pp.n, pp.rank, w, x);
+      for (int v = 0; v < NV; ++v) _mm256_storeu_ps(pi + i + 8 * v, _mm256_cvtepi32_ps(x[v]));
+    }
+    for (; i < S; i += 8) {
+      __m256i w[1], x[1];
+      w[0] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sw + i));
+      if (pp.n <= 32u)
+        swap_or_not_avx2<true, 1>(pp.n, pp.rank, w, x);
+      else
+        swap_or_not_avx2<false, 1>(pp.n, pp.rank, w, x);
+      _mm256_storeu_ps(pi + i, _mm256_cvtepi32_ps(x[0]));
+    }
+  }
+}
+#endif
+
 // Strata of this rank for the S elements of SG src (0 when not correlated).
 // One loop per permutation kind, so each is a simple vectorisable loop.
 void fill_strata(const DqRounding& rd, int64_t src, int S, uint32_t* __restrict sw,
@@ -318,6 +411,12 @@ void fill_strata(const DqRounding& rd, int64_t src, int S, uint32_t* __restrict 
   }
   fill_words(rd.key, uint64_t(src) * uint64_t(S / 4), kPurposePermutation, 0, S, sw);
   const PermParams pp = rd.perm;
+#if defined(__AVX2__)
+  if (S % 8 == 0) {
+    fill_strata_avx2(pp, S, sw, pi);
+    return;
+  }
+#endif
   if (pp.n == 2) {
     const uint32_t r = pp.rank;
     for (int i = 0; i < S; ++i) pi[i] = float(r ^ (sw[i] >> 31));
