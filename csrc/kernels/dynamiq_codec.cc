@@ -401,6 +401,169 @@ void fill_strata_avx2(const PermParams& pp, int S, const uint32_t* __restrict sw
 }
 #endif
 
+#if defined(__AVX2__)
+// The value passes of encode_sg (dq_sign, dq_normalise, dq_bracket<B>, dq_frac,
+// dq_round_up, dq_code<B>) and the planar packing in one AVX2 loop, for
+// B in {2, 4, 8} and nb = S*B/8 a multiple of 32: each iteration makes 32 code
+// bytes from the P = 8/B vectors of 8 elements that share them. pi == nullptr:
+// not correlated (strata 0).
+template <int B>
+void encode_values_avx2(const DqLevels& lv, const DqRounding& rd, int S,
+                        const float* __restrict t, const float* __restrict inv_e,
+                        const float* __restrict pi, const uint32_t* __restrict w,
+                        uint8_t* __restrict out) {
+  constexpr int P = 8 / B;
+  const int nb = S / P;
+  const __m256i absmask = _mm256_set1_epi32(0x7fffffff);
+  const __m256i one_bits = _mm256_set1_epi32(0x3f800000);
+  const __m256 zero = _mm256_setzero_ps();
+  const __m256 nf = _mm256_set1_ps(rd.nf);
+  const __m256 gscale = _mm256_set1_ps(rd.gscale);
+  const __m256 half = _mm256_set1_ps(0.5f);
+  const __m128i gshift = _mm_cvtsi32_si128(int(rd.gshift));
+  const bool stoch = rd.stochastic;
+  const __m256i signbit = _mm256_set1_epi32(1 << (B - 1));
+  // width 4: levels and inverse gaps in registers (j <= 6)
+  __m256 lv8 = zero, ig8 = zero;
+  if constexpr (B == 4) {
+    alignas(32) float l[8] = {0}, g[8] = {0};
+    for (int k = 0; k <= lv.m; ++k) l[k] = lv.level[k];
+    for (int k = 0; k < lv.m; ++k) g[k] = lv.invgap[k];
+    lv8 = _mm256_load_ps(l);
+    ig8 = _mm256_load_ps(g);
+  }
+  __m256i lb[6];  // width 4: level[k] bits - 1, k = 1..6 (a >= level[k] <=> a > level[k] - 1)
+  if constexpr (B == 4)
+    for (int k = 1; k < 7; ++k) lb[k - 1] = _mm256_set1_epi32(int32_t(f32_bits(lv.level[k])) - 1);
+  const __m256i cbase = _mm256_set1_epi32(int32_t(lv.cell_base));
+  const __m128i cshift = _mm_cvtsi32_si128(lv.cell_shift);
+  const __m256i clast = _mm256_set1_epi32(lv.ncells - 1);
+  const __m256i mm1 = _mm256_set1_epi32(lv.m - 1);
+  const int* cell = reinterpret_cast<const int*>(lv.cell);
+  const int* lvi = reinterpret_cast<const int*>(lv.level);
+  const float* lvf = lv.level;
+  const float* igf = lv.invgap;
+  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+
+  auto code8 = [&](int i) -> __m256i {
+    const __m256 x = _mm256_loadu_ps(t + i);
+    const __m256 negm = _mm256_cmp_ps(x, zero, _CMP_LT_OQ);  // dq_sign
+    const __m256 ax = _mm256_and_ps(x, _mm256_castsi256_ps(absmask));
+    const __m256i ab =
+        _mm256_min_epu32(_mm256_castps_si256(_mm256_mul_ps(ax, _mm256_loadu_ps(inv_e + i))), one_bits);
+    const __m256 a = _mm256_castsi256_ps(ab);
+    __m256i j;
+    __m256 p;
+    if constexpr (B == 2) {
+      j = _mm256_setzero_si256();
+      p = a;
+    } else if constexpr (B == 4) {
+      j = _mm256_setzero_si256();
+      for (int k = 0; k < 6; ++k) j = _mm256_sub_epi32(j, _mm256_cmpgt_epi32(ab, lb[k]));
+      p = _mm256_mul_ps(_mm256_sub_ps(a, _mm256_permutevar8x32_ps(lv8, j)),
+                        _mm256_permutevar8x32_ps(ig8, j));
+    } else {
+      __m256i c = _mm256_sra_epi32(_mm256_sub_epi32(ab, cbase), cshift);
+      c = _mm256_max_epi32(c, _mm256_setzero_si256());
+      c = _mm256_min_epi32(c, clast);
+      j = _mm256_i32gather_epi32(cell, c, 4);
+      const __m256i next = _mm256_i32gather_epi32(lvi + 1, j, 4);
+      const __m256i step = _mm256_andnot_si256(_mm256_cmpgt_epi32(next, ab), _mm256_cmpgt_epi32(mm1, j));
+      j = _mm256_sub_epi32(j, step);
+      p = _mm256_mul_ps(_mm256_sub_ps(a, _mm256_i32gather_ps(lvf, j, 4)),
+                        _mm256_i32gather_ps(igf, j, 4));
+    }
+    // dq_round_up
+    __m256 gam = half;
+    if (stoch) {
+      const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + i));
+      gam = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_srl_epi32(wv, gshift)), gscale);
+    }
+    const __m256 v = pi ? _mm256_add_ps(_mm256_loadu_ps(pi + i), gam) : _mm256_add_ps(zero, gam);
+    const __m256 vn = _mm256_sub_ps(nf, v);
+    const __m256 pn = _mm256_mul_ps(p, nf);
+    const __m256 up = _mm256_blendv_ps(_mm256_cmp_ps(v, pn, _CMP_LT_OQ),
+                                       _mm256_cmp_ps(vn, pn, _CMP_LT_OQ), negm);
+    j = _mm256_sub_epi32(j, _mm256_castps_si256(up));
+    return _mm256_or_si256(j, _mm256_and_si256(_mm256_castps_si256(negm), signbit));
+  };
+
+  for (int kb = 0; kb < nb; kb += 32) {
+    __m256i acc[4];
+    for (int q = 0; q < 4; ++q) {
+      const int k = kb + 8 * q;
+      __m256i c = code8(k);
+      for (int jp = 1; jp < P; ++jp) c = _mm256_or_si256(c, _mm256_slli_epi32(code8(k + jp * nb), jp * B));
+      acc[q] = c;
+    }
+    const __m256i ab = _mm256_packus_epi32(acc[0], acc[1]);
+    const __m256i cd = _mm256_packus_epi32(acc[2], acc[3]);
+    const __m256i bytes = _mm256_permutevar8x32_epi32(_mm256_packus_epi16(ab, cd), order);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + kb), bytes);
+  }
+}
+#endif
+
+#if defined(__AVX2__)
+// dq_group_scale_up for groups [0, G8) (G8 a multiple of 8): codes into rk, 1/normaliser into ik.
+void group_scales_up_avx2(const float* __restrict gmax, float Msg, const float* __restrict r255,
+                          int G8, uint32_t* __restrict rk, float* __restrict ik) {
+  const int32_t mb = int32_t(f32_bits(Msg));
+  const __m256 Mq = _mm256_set1_ps(bits_f32(mb > 0 ? uint32_t(mb) : 0x3f800000u));
+  const __m256i mlive = _mm256_set1_epi32(mb > 0 ? -1 : 0);
+  const __m256i zero = _mm256_setzero_si256();
+  const __m256i c255 = _mm256_set1_epi32(255);
+  const __m256i t255 = _mm256_set1_epi32(0x437f0000);
+  const __m256 one = _mm256_set1_ps(1.0f);
+  for (int k = 0; k < G8; k += 8) {
+    const __m256 g = _mm256_loadu_ps(gmax + k);
+    const __m256i gb = _mm256_castps_si256(g);
+    const __m256i live = _mm256_and_si256(_mm256_cmpgt_epi32(gb, zero), mlive);
+    const __m256 t0 = _mm256_mul_ps(_mm256_div_ps(g, Mq), _mm256_set1_ps(255.0f));
+    const __m256i tb = _mm256_min_epu32(_mm256_castps_si256(t0), t255);
+    __m256i r = _mm256_cvttps_epi32(_mm256_castsi256_ps(tb));  // floor (t >= 0)
+    r = _mm256_sub_epi32(r, _mm256_cmpgt_epi32(tb, _mm256_castps_si256(_mm256_cvtepi32_ps(r))));
+    r = _mm256_min_epi32(r, c255);
+    {
+      const __m256i sc = _mm256_castps_si256(_mm256_mul_ps(_mm256_i32gather_ps(r255, r, 4), Mq));
+      r = _mm256_sub_epi32(r, _mm256_and_si256(_mm256_cmpgt_epi32(c255, r), _mm256_cmpgt_epi32(gb, sc)));
+    }
+    {
+      const __m256i rm = _mm256_max_epi32(_mm256_sub_epi32(r, _mm256_set1_epi32(1)), zero);
+      const __m256i sc = _mm256_castps_si256(_mm256_mul_ps(_mm256_i32gather_ps(r255, rm, 4), Mq));
+      // sc >= gb  <=>  !(gb > sc)
+      r = _mm256_add_epi32(r, _mm256_andnot_si256(_mm256_cmpgt_epi32(gb, sc), _mm256_cmpgt_epi32(r, zero)));
+    }
+    r = _mm256_and_si256(r, live);
+    const __m256 sc = _mm256_mul_ps(_mm256_i32gather_ps(r255, r, 4), Mq);
+    const __m256i pos = _mm256_and_si256(live, _mm256_cmpgt_epi32(_mm256_castps_si256(sc), zero));
+    const __m256 inv = _mm256_div_ps(one, _mm256_blendv_ps(one, sc, _mm256_castsi256_ps(pos)));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(rk + k), r);
+    _mm256_storeu_ps(ik + k, _mm256_and_ps(inv, _mm256_castsi256_ps(pos)));
+  }
+}
+
+// Group maxima of |t| on the bit patterns (s a multiple of 8); returns the overall max.
+uint32_t group_max_avx2(const float* __restrict t, int G, int s, float* __restrict gmax) {
+  const __m256i absmask = _mm256_set1_epi32(0x7fffffff);
+  __m256i all = _mm256_setzero_si256();
+  for (int k = 0; k < G; ++k) {
+    __m256i m = _mm256_setzero_si256();
+    for (int i = 0; i < s; i += 8)
+      m = _mm256_max_epu32(m, _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(t + k * s + i)), absmask));
+    all = _mm256_max_epu32(all, m);
+    __m128i h = _mm_max_epu32(_mm256_castsi256_si128(m), _mm256_extracti128_si256(m, 1));
+    h = _mm_max_epu32(h, _mm_shuffle_epi32(h, 0x4e));
+    h = _mm_max_epu32(h, _mm_shuffle_epi32(h, 0xb1));
+    gmax[k] = bits_f32(uint32_t(_mm_cvtsi128_si32(h)));
+  }
+  __m128i h = _mm_max_epu32(_mm256_castsi256_si128(all), _mm256_extracti128_si256(all, 1));
+  h = _mm_max_epu32(h, _mm_shuffle_epi32(h, 0x4e));
+  h = _mm_max_epu32(h, _mm_shuffle_epi32(h, 0xb1));
+  return uint32_t(_mm_cvtsi128_si32(h));
+}
+#endif
+
 // Strata of this rank for the S elements of SG src (0 when not correlated).
 // One loop per permutation kind, so each is a simple vectorisable loop.
 void fill_strata(const DqRounding& rd, int64_t src, int S, uint32_t* __restrict sw,
@@ -463,6 +626,11 @@ void encode_sg(const Ctx& cx, const DqRounding& rd, int64_t src, Work& ws, uint8
     const uint32_t* __restrict tb = reinterpret_cast<const uint32_t*>(t);
     float* __restrict gmax = ws.gmax.data();
     uint32_t mbits = 0;
+#if defined(__AVX2__)
+    if (s % 8 == 0) {
+      mbits = group_max_avx2(t, G, s, gmax);
+    } else
+#endif
     for (int k = 0; k < G; ++k) {
       uint32_t m = 0;
       for (int i = 0; i < s; ++i) {
@@ -505,7 +673,12 @@ void encode_sg(const Ctx& cx, const DqRounding& rd, int64_t src, Work& ws, uint8
         uint32_t* __restrict rk = ws.gr.data();
         float* __restrict ik = ws.ginv.data();
         const float* __restrict r255 = cx.tb.r255;
-        for (int k = 0; k < G; ++k) {
+        int k0 = 0;
+#if defined(__AVX2__)
+        k0 = G - G % 8;
+        group_scales_up_avx2(gmax, Msg, r255, k0, rk, ik);
+#endif
+        for (int k = k0; k < G; ++k) {
           const DqGroupScale gs = dq_group_scale_up(gmax[k], Msg, r255);
           rk[k] = gs.r;
           ik[k] = gs.inv;
@@ -537,9 +710,17 @@ void encode_sg(const Ctx& cx, const DqRounding& rd, int64_t src, Work& ws, uint8
       for (int i = 0; i < S; ++i) w[i] = 0;
     }
     fill_strata(rd, src, S, ws.swords.data(), pi);
+    const DqLevels lv = cx.tb.lv[dynamiq_width_index(B)];
+#if defined(__AVX2__)
+    if constexpr (B >= 2) {
+      if ((S * B / 8) % 32 == 0) {
+        encode_values_avx2<B>(lv, rd, S, t, inv_e, rd.correlated ? pi : nullptr, w, codes_out);
+        return;
+      }
+    }
+#endif
     // codes: the steps of dq_encode_value as separate passes (each vectorises)
     uint32_t* __restrict c = ws.codes32.data();
-    const DqLevels lv = cx.tb.lv[dynamiq_width_index(B)];
     const DqRounding r = rd;
     if constexpr (B == 1) {
       for (int i = 0; i < S; ++i) c[i] = dq_encode_sign(t[i], inv_e[i], pi[i], w[i], r);
