@@ -564,6 +564,48 @@ uint32_t group_max_avx2(const float* __restrict t, int G, int s, float* __restri
 }
 #endif
 
+#if defined(__AVX2__)
+// The value loop of decode_sg for B in {2, 4, 8} and nb = S*B/8 a multiple of 8:
+// tile = fma(decode[code], sc, base) (base != nullptr) or decode[code] * sc.
+template <int B>
+void decode_values_avx2(const float* __restrict dec, const uint8_t* __restrict codes, int S,
+                        const float* __restrict sc, const float* __restrict base,
+                        float* __restrict tile) {
+  constexpr int P = 8 / B;
+  const int nb = S / P;
+  const __m256i mask = _mm256_set1_epi32((1 << B) - 1);
+  __m256 t0 = _mm256_setzero_ps(), t1 = _mm256_setzero_ps();
+  if constexpr (B == 2) {
+    t0 = _mm256_setr_ps(dec[0], dec[1], dec[2], dec[3], 0.0f, 0.0f, 0.0f, 0.0f);
+  } else if constexpr (B == 4) {
+    t0 = _mm256_loadu_ps(dec);
+    t1 = _mm256_loadu_ps(dec + 8);
+  }
+  for (int k = 0; k < nb; k += 8) {
+    const __m256i bytes =
+        _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes + k)));
+    for (int j = 0; j < P; ++j) {
+      const int i = k + j * nb;
+      const __m256i c = _mm256_and_si256(_mm256_srli_epi32(bytes, j * B), mask);
+      __m256 d;
+      if constexpr (B == 2) {
+        d = _mm256_permutevar8x32_ps(t0, c);
+      } else if constexpr (B == 4) {
+        d = _mm256_blendv_ps(_mm256_permutevar8x32_ps(t0, c), _mm256_permutevar8x32_ps(t1, c),
+                             _mm256_castsi256_ps(_mm256_slli_epi32(c, 28)));
+      } else {
+        d = _mm256_i32gather_ps(dec, c, 4);
+      }
+      const __m256 s8 = _mm256_loadu_ps(sc + i);
+      if (base)
+        _mm256_storeu_ps(tile + i, _mm256_fmadd_ps(d, s8, _mm256_loadu_ps(base + i)));
+      else
+        _mm256_storeu_ps(tile + i, _mm256_mul_ps(d, s8));
+    }
+  }
+}
+#endif
+
 // Strata of this rank for the S elements of SG src (0 when not correlated).
 // One loop per permutation kind, so each is a simple vectorisable loop.
 void fill_strata(const DqRounding& rd, int64_t src, int S, uint32_t* __restrict sw,
@@ -788,6 +830,14 @@ void decode_sg(const Ctx& cx, const uint8_t* in, const float* __restrict base, W
     constexpr int P = 8 / B;
     constexpr uint32_t mask = (1u << B) - 1u;
     const int nb = S / P;
+#if defined(__AVX2__)
+    if constexpr (B >= 2) {
+      if (nb % 8 == 0) {
+        decode_values_avx2<B>(dec, codes, S, sc, base, tile);
+        return;
+      }
+    }
+#endif
     for (int j = 0; j < P; ++j) {
       float* __restrict tj = tile + j * nb;
       const float* __restrict sj = sc + j * nb;
