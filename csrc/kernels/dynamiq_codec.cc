@@ -143,6 +143,16 @@ DynamiqTables::DynamiqTables(const DynamiqParams& p) {
   for (int r = 0; r < 256; ++r) r255[size_t(r)] = float(double(r) / 255.0);
   offsets_.r255 = as_off<float>(push_array(image_, r255));
   view_ = rebased(image_.data());
+  for (int wi = 1; wi < 4; ++wi) {
+    const DqLevels& lv = view_.lv[wi];
+    for (int32_t c = 0; c < lv.ncells; ++c) {
+      const int32_t j = lv.cell[c];
+      cell_pair_[wi].push_back(uint64_t(uint32_t(j)) | (uint64_t(f32_bits(lv.level[j + 1])) << 32));
+    }
+    for (int32_t j = 0; j < lv.m; ++j)
+      level_pair_[wi].push_back(uint64_t(f32_bits(lv.level[j])) |
+                                (uint64_t(f32_bits(lv.invgap[j])) << 32));
+  }
 }
 
 DqTables DynamiqTables::rebased(const uint8_t* base) const {
@@ -306,6 +316,7 @@ struct Ctx {
   const DynamiqFormat& f;
   const DqTables& tb;
   bool stochastic_scales;
+  const DynamiqTables& tables;
 };
 
 #if defined(__AVX2__)
@@ -402,13 +413,27 @@ void fill_strata_avx2(const PermParams& pp, int S, const uint32_t* __restrict sw
 #endif
 
 #if defined(__AVX2__)
+// tab[idx] for 8 indices of a table of (first, second) 32-bit pairs: two 64-bit
+// gathers (8 loads instead of the 16 of two 32-bit gathers), split into firsts and seconds.
+inline void gather_pairs(const uint64_t* tab, __m256i idx, __m256i& first, __m256i& second) {
+  // lanes (0,1,4,5) to the first gather and (2,3,6,7) to the second, so that the
+  // in-lane shuffles below give the elements back in order
+  const __m256i perm = _mm256_permutevar8x32_epi32(idx, _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7));
+  const long long* t = reinterpret_cast<const long long*>(tab);
+  const __m256 a = _mm256_castsi256_ps(_mm256_i32gather_epi64(t, _mm256_castsi256_si128(perm), 8));
+  const __m256 b = _mm256_castsi256_ps(_mm256_i32gather_epi64(t, _mm256_extracti128_si256(perm, 1), 8));
+  first = _mm256_castps_si256(_mm256_shuffle_ps(a, b, 0x88));
+  second = _mm256_castps_si256(_mm256_shuffle_ps(a, b, 0xDD));
+}
+
 // The value passes of encode_sg (dq_sign, dq_normalise, dq_bracket<B>, dq_frac,
 // dq_round_up, dq_code<B>) and the planar packing in one AVX2 loop, for
 // B in {2, 4, 8} and nb = S*B/8 a multiple of 32: each iteration makes 32 code
 // bytes from the P = 8/B vectors of 8 elements that share them. pi == nullptr:
 // not correlated (strata 0).
 template <int B>
-void encode_values_avx2(const DqLevels& lv, const DqRounding& rd, int S,
+void encode_values_avx2(const DqLevels& lv, const uint64_t* __restrict cellp,
+                        const uint64_t* __restrict levp, const DqRounding& rd, int S,
                         const float* __restrict t, const float* __restrict inv_e,
                         const float* __restrict pi, const uint32_t* __restrict w,
                         uint8_t* __restrict out) {
@@ -439,10 +464,6 @@ void encode_values_avx2(const DqLevels& lv, const DqRounding& rd, int S,
   const __m128i cshift = _mm_cvtsi32_si128(lv.cell_shift);
   const __m256i clast = _mm256_set1_epi32(lv.ncells - 1);
   const __m256i mm1 = _mm256_set1_epi32(lv.m - 1);
-  const int* cell = reinterpret_cast<const int*>(lv.cell);
-  const int* lvi = reinterpret_cast<const int*>(lv.level);
-  const float* lvf = lv.level;
-  const float* igf = lv.invgap;
   const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
 
   auto code8 = [&](int i) -> __m256i {
@@ -466,12 +487,12 @@ void encode_values_avx2(const DqLevels& lv, const DqRounding& rd, int S,
       __m256i c = _mm256_sra_epi32(_mm256_sub_epi32(ab, cbase), cshift);
       c = _mm256_max_epi32(c, _mm256_setzero_si256());
       c = _mm256_min_epi32(c, clast);
-      j = _mm256_i32gather_epi32(cell, c, 4);
-      const __m256i next = _mm256_i32gather_epi32(lvi + 1, j, 4);
+      __m256i next, lj, gj;
+      gather_pairs(cellp, c, j, next);  // j = cell[c], next = level[j + 1]
       const __m256i step = _mm256_andnot_si256(_mm256_cmpgt_epi32(next, ab), _mm256_cmpgt_epi32(mm1, j));
       j = _mm256_sub_epi32(j, step);
-      p = _mm256_mul_ps(_mm256_sub_ps(a, _mm256_i32gather_ps(lvf, j, 4)),
-                        _mm256_i32gather_ps(igf, j, 4));
+      gather_pairs(levp, j, lj, gj);  // level[j], invgap[j]
+      p = _mm256_mul_ps(_mm256_sub_ps(a, _mm256_castsi256_ps(lj)), _mm256_castsi256_ps(gj));
     }
     // dq_round_up
     __m256 gam = half;
@@ -756,7 +777,9 @@ void encode_sg(const Ctx& cx, const DqRounding& rd, int64_t src, Work& ws, uint8
 #if defined(__AVX2__)
     if constexpr (B >= 2) {
       if ((S * B / 8) % 32 == 0) {
-        encode_values_avx2<B>(lv, rd, S, t, inv_e, rd.correlated ? pi : nullptr, w, codes_out);
+        const int wi = dynamiq_width_index(B);
+        encode_values_avx2<B>(lv, cx.tables.cell_pair(wi), cx.tables.level_pair(wi), rd, S, t, inv_e,
+                              rd.correlated ? pi : nullptr, w, codes_out);
         return;
       }
     }
@@ -913,7 +936,7 @@ size_t DynamiqCodec::compress(const Local& x, const Plan& plan, const Block& b, 
                               uint8_t* out) const {
   const size_t bytes = check_block(plan, b);
   const DqRounding rd = make_dynamiq_rounding(rng);
-  const Ctx cx{p_.fmt, tables_.view(), p_.stochastic_group_scales};
+  const Ctx cx{p_.fmt, tables_.view(), p_.stochastic_group_scales, tables_};
   Work ws(p_.fmt.S, p_.fmt.S / p_.fmt.s);
   uint8_t* o = out;
   for (int64_t w = b.w0; w < b.w1; ++w) {
@@ -929,7 +952,7 @@ size_t DynamiqCodec::compress(const Local& x, const Plan& plan, const Block& b, 
 void DynamiqCodec::decompress(const uint8_t* in, size_t in_bytes, const Plan& plan,
                               const Block& b, const Output& y) const {
   check_message_size(in_bytes, check_block(plan, b), "dynamiq");
-  const Ctx cx{p_.fmt, tables_.view(), p_.stochastic_group_scales};
+  const Ctx cx{p_.fmt, tables_.view(), p_.stochastic_group_scales, tables_};
   Work ws(p_.fmt.S, p_.fmt.S / p_.fmt.s);
   const uint8_t* p = in;
   for (int64_t w = b.w0; w < b.w1; ++w) {
@@ -944,7 +967,7 @@ void DynamiqCodec::decompress(const uint8_t* in, size_t in_bytes, const Plan& pl
 void DynamiqCodec::decompress_accumulate(const uint8_t* in, size_t in_bytes, const Local& x,
                                          const Plan& plan, const Block& b, float* acc) const {
   check_message_size(in_bytes, check_block(plan, b), "dynamiq");
-  const Ctx cx{p_.fmt, tables_.view(), p_.stochastic_group_scales};
+  const Ctx cx{p_.fmt, tables_.view(), p_.stochastic_group_scales, tables_};
   Work ws(p_.fmt.S, p_.fmt.S / p_.fmt.s);
   const int64_t U = plan.unit;
   const uint8_t* p = in;
@@ -967,7 +990,7 @@ size_t DynamiqCodec::decompress_accumulate_recompress(const uint8_t* in, size_t 
   const size_t bytes = check_block(plan, b);
   check_message_size(in_bytes, bytes, "dynamiq");
   const DqRounding rd = make_dynamiq_rounding(rng);
-  const Ctx cx{p_.fmt, tables_.view(), p_.stochastic_group_scales};
+  const Ctx cx{p_.fmt, tables_.view(), p_.stochastic_group_scales, tables_};
   Work ws(p_.fmt.S, p_.fmt.S / p_.fmt.s);
   std::vector<float> local(size_t(p_.fmt.S));
   const uint8_t* p = in;
