@@ -355,16 +355,18 @@ inline void swap_or_not_avx2(uint32_t n, uint32_t rank, const __m256i* w, __m256
       const __m256i wrap = _mm256_and_si256(_mm256_cmpgt_epi32(x[v], k), N);  // k < x: + n
       const __m256i xp = _mm256_sub_epi32(_mm256_add_epi32(k, wrap), x[v]);
       const __m256i hi = _mm256_max_epi32(x[v], xp);
+      // the round function's bit in the sign position of `bit`
       __m256i bit;
       if constexpr (kSmall) {
+        // bit (hi & 31) of g: shifted left by 31 - (hi & 31) = ~hi & 31
         const __m256i g = _mm256_mullo_epi32(h, _mm256_set1_epi32(int(0x2545f491u)));
-        bit = _mm256_srlv_epi32(g, _mm256_and_si256(hi, _mm256_set1_epi32(31)));
-        bit = _mm256_slli_epi32(bit, 31);  // bit 0 to the sign
+        bit = _mm256_sllv_epi32(g, _mm256_andnot_si256(hi, _mm256_set1_epi32(31)));
       } else {
         bit = mix32_avx2(
             _mm256_add_epi32(h, _mm256_mullo_epi32(_mm256_set1_epi32(int(0x85ebca6bu)), hi)));
       }
-      x[v] = _mm256_blendv_epi8(x[v], xp, _mm256_srai_epi32(bit, 31));  // xp where bit
+      x[v] = _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(x[v]), _mm256_castsi256_ps(xp),
+                                                  _mm256_castsi256_ps(bit)));  // xp where bit
     }
   }
   for (int v = 0; v < NV; ++v) xo[v] = x[v];
