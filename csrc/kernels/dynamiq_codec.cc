@@ -230,6 +230,7 @@ struct Work {
   std::vector<uint32_t> codes32;
   std::vector<float> a, p;
   std::vector<int32_t> j;
+  const uint8_t* col8 = nullptr;  // byte column of the permutation table (3 <= n <= 8)
   explicit Work(int S, int G)
       : tile(size_t(S)), gmax(size_t(G)), scale_e(size_t(S)), inv_e(size_t(S)), pi(size_t(S)),
         ginv(size_t(G)), gr(size_t(G)), words(size_t(S)), swords(size_t(S)), codes(size_t(2 * S)),
@@ -372,8 +373,8 @@ inline void swap_or_not_avx2(uint32_t n, uint32_t rank, const __m256i* w, __m256
   for (int v = 0; v < NV; ++v) xo[v] = x[v];
 }
 
-void fill_strata_avx2(const PermParams& pp, int S, const uint32_t* __restrict sw,
-                      float* __restrict pi) {
+void fill_strata_avx2(const PermParams& pp, const uint8_t* col8, int S,
+                      const uint32_t* __restrict sw, float* __restrict pi) {
   if (pp.n == 2) {
     const __m256i r = _mm256_set1_epi32(int(pp.rank));
     for (int i = 0; i < S; i += 8) {
@@ -381,12 +382,15 @@ void fill_strata_avx2(const PermParams& pp, int S, const uint32_t* __restrict sw
       _mm256_storeu_ps(pi + i, _mm256_cvtepi32_ps(_mm256_xor_si256(r, _mm256_srli_epi32(w, 31))));
     }
   } else if (pp.n <= uint32_t(kPermTableMaxN)) {
-    const int* col = reinterpret_cast<const int*>(pp.column);
+    // byte column (perm_table_column8): 32-bit loads at byte offsets, low byte kept
+    const int* col = reinterpret_cast<const int*>(col8);
     const __m256i nf = _mm256_set1_epi32(int(pp.nfact));
+    const __m256i lo = _mm256_set1_epi32(0xff);
     for (int i = 0; i < S; i += 8) {
       const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sw + i));
       const __m256i m = mulhi_epu32(w, nf);  // < n! <= 40320
-      _mm256_storeu_ps(pi + i, _mm256_cvtepi32_ps(_mm256_i32gather_epi32(col, m, 4)));
+      const __m256i v = _mm256_and_si256(_mm256_i32gather_epi32(col, m, 1), lo);
+      _mm256_storeu_ps(pi + i, _mm256_cvtepi32_ps(v));
     }
   } else {
     constexpr int NV = 4;
@@ -631,8 +635,8 @@ void decode_values_avx2(const float* __restrict dec, const uint8_t* __restrict c
 
 // Strata of this rank for the S elements of SG src (0 when not correlated).
 // One loop per permutation kind, so each is a simple vectorisable loop.
-void fill_strata(const DqRounding& rd, int64_t src, int S, uint32_t* __restrict sw,
-                 float* __restrict pi) {
+void fill_strata(const DqRounding& rd, const uint8_t* col8, int64_t src, int S,
+                 uint32_t* __restrict sw, float* __restrict pi) {
   if (!rd.correlated) {
     for (int i = 0; i < S; ++i) pi[i] = 0.0f;
     return;
@@ -641,7 +645,7 @@ void fill_strata(const DqRounding& rd, int64_t src, int S, uint32_t* __restrict 
   const PermParams pp = rd.perm;
 #if defined(__AVX2__)
   if (S % 8 == 0) {
-    fill_strata_avx2(pp, S, sw, pi);
+    fill_strata_avx2(pp, col8, S, sw, pi);
     return;
   }
 #endif
@@ -774,7 +778,7 @@ void encode_sg(const Ctx& cx, const DqRounding& rd, int64_t src, Work& ws, uint8
     } else {
       for (int i = 0; i < S; ++i) w[i] = 0;
     }
-    fill_strata(rd, src, S, ws.swords.data(), pi);
+    fill_strata(rd, ws.col8, src, S, ws.swords.data(), pi);
     const DqLevels lv = cx.tb.lv[dynamiq_width_index(B)];
 #if defined(__AVX2__)
     if constexpr (B >= 2) {
@@ -940,6 +944,8 @@ size_t DynamiqCodec::compress(const Local& x, const Plan& plan, const Block& b, 
   const DqRounding rd = make_dynamiq_rounding(rng);
   const Ctx cx{p_.fmt, tables_.view(), p_.stochastic_group_scales, tables_};
   Work ws(p_.fmt.S, p_.fmt.S / p_.fmt.s);
+  if (rd.correlated && rd.perm.n >= 3 && rd.perm.n <= uint32_t(kPermTableMaxN))
+    ws.col8 = perm_table_column8(int(rd.perm.n), int(rd.perm.rank));
   uint8_t* o = out;
   for (int64_t w = b.w0; w < b.w1; ++w) {
     const int64_t src = plan.src_unit(w);
@@ -994,6 +1000,8 @@ size_t DynamiqCodec::decompress_accumulate_recompress(const uint8_t* in, size_t 
   const DqRounding rd = make_dynamiq_rounding(rng);
   const Ctx cx{p_.fmt, tables_.view(), p_.stochastic_group_scales, tables_};
   Work ws(p_.fmt.S, p_.fmt.S / p_.fmt.s);
+  if (rd.correlated && rd.perm.n >= 3 && rd.perm.n <= uint32_t(kPermTableMaxN))
+    ws.col8 = perm_table_column8(int(rd.perm.n), int(rd.perm.rank));
   std::vector<float> local(size_t(p_.fmt.S));
   const uint8_t* p = in;
   uint8_t* o = out;
