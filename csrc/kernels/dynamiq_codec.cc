@@ -633,6 +633,21 @@ void decode_values_avx2(const float* __restrict dec, const uint8_t* __restrict c
 }
 #endif
 
+// out[k*s + i] = v[k] for i < s: the per-element copy of per-group values.
+inline void broadcast_groups(const float* __restrict v, int G, int s, float* __restrict out) {
+#if defined(__AVX2__)
+  if (s % 8 == 0) {
+    for (int k = 0; k < G; ++k) {
+      const __m256 b = _mm256_broadcast_ss(v + k);
+      for (int i = 0; i < s; i += 8) _mm256_storeu_ps(out + k * s + i, b);
+    }
+    return;
+  }
+#endif
+  for (int k = 0; k < G; ++k)
+    for (int i = 0; i < s; ++i) out[k * s + i] = v[k];
+}
+
 // Strata of this rank for the S elements of SG src (0 when not correlated).
 // One loop per permutation kind, so each is a simple vectorisable loop.
 void fill_strata(const DqRounding& rd, const uint8_t* col8, int64_t src, int S,
@@ -754,8 +769,7 @@ void encode_sg(const Ctx& cx, const DqRounding& rd, int64_t src, Work& ws, uint8
         }
         for (int k = 0; k < G; ++k) out[2 + k] = uint8_t(rk[k]);
       }
-      for (int k = 0; k < G; ++k)
-        for (int i = 0; i < s; ++i) inv_e[k * s + i] = ws.ginv[size_t(k)];
+      broadcast_groups(ws.ginv.data(), G, s, inv_e);
       codes_out = out + 2 + G;
     } else {
       for (int k = 0; k < G; ++k) {
@@ -773,16 +787,23 @@ void encode_sg(const Ctx& cx, const DqRounding& rd, int64_t src, Work& ws, uint8
     // random words: private (value rounding) and shared (strata)
     uint32_t* __restrict w = ws.words.data();
     float* __restrict pi = ws.pi.data();
+#if defined(__AVX2__)
+    // the fused AVX2 value loop reads w only when stochastic and pi only when correlated
+    constexpr bool kFastWidth = B >= 2;
+    const bool fast = kFastWidth && (S * B / 8) % 32 == 0;
+#else
+    const bool fast = false;
+#endif
     if (rd.stochastic) {
       fill_words(rd.key, uint64_t(src) * uint64_t(S / 4), kPurposeValue, rd.rank, S, w);
-    } else {
+    } else if (!fast) {
       for (int i = 0; i < S; ++i) w[i] = 0;
     }
-    fill_strata(rd, ws.col8, src, S, ws.swords.data(), pi);
+    if (rd.correlated || !fast) fill_strata(rd, ws.col8, src, S, ws.swords.data(), pi);
     const DqLevels lv = cx.tb.lv[dynamiq_width_index(B)];
 #if defined(__AVX2__)
     if constexpr (B >= 2) {
-      if ((S * B / 8) % 32 == 0) {
+      if (fast) {
         const int wi = dynamiq_width_index(B);
         encode_values_avx2<B>(lv, cx.tables.cell_pair(wi), cx.tables.level_pair(wi), rd, S, t, inv_e,
                               rd.correlated ? pi : nullptr, w, codes_out);
@@ -841,20 +862,17 @@ void decode_sg(const Ctx& cx, const uint8_t* in, const float* __restrict base, W
   } else {
     float* __restrict sc = ws.scale_e.data();
     const uint8_t* codes;
+    float* __restrict gsc = ws.gmax.data();  // G decoded group scales
     if (cx.f.hierarchical) {
       const float Msg = bf16_to_f32(uint16_t(in[0] | (uint16_t(in[1]) << 8)));
-      for (int k = 0; k < G; ++k) {
-        const float v = cx.tb.r255[in[2 + k]] * Msg;
-        for (int i = 0; i < s; ++i) sc[k * s + i] = v;
-      }
+      for (int k = 0; k < G; ++k) gsc[k] = cx.tb.r255[in[2 + k]] * Msg;
       codes = in + 2 + G;
     } else {
-      for (int k = 0; k < G; ++k) {
-        const float v = bf16_to_f32(uint16_t(in[2 * k] | (uint16_t(in[2 * k + 1]) << 8)));
-        for (int i = 0; i < s; ++i) sc[k * s + i] = v;
-      }
+      for (int k = 0; k < G; ++k)
+        gsc[k] = bf16_to_f32(uint16_t(in[2 * k] | (uint16_t(in[2 * k + 1]) << 8)));
       codes = in + 2 * G;
     }
+    broadcast_groups(gsc, G, s, sc);
     const float* __restrict dec = cx.tb.lv[dynamiq_width_index(B)].decode;
     constexpr int P = 8 / B;
     constexpr uint32_t mask = (1u << B) - 1u;
