@@ -551,18 +551,26 @@ void group_scales_up_avx2(const float* __restrict gmax, float Msg, const float* 
     __m256i r = _mm256_cvttps_epi32(_mm256_castsi256_ps(tb));  // floor (t >= 0)
     r = _mm256_sub_epi32(r, _mm256_cmpgt_epi32(tb, _mm256_castps_si256(_mm256_cvtepi32_ps(r))));
     r = _mm256_min_epi32(r, c255);
-    {
-      const __m256i sc = _mm256_castps_si256(_mm256_mul_ps(_mm256_i32gather_ps(r255, r, 4), Mq));
-      r = _mm256_sub_epi32(r, _mm256_and_si256(_mm256_cmpgt_epi32(c255, r), _mm256_cmpgt_epi32(gb, sc)));
-    }
-    {
-      const __m256i rm = _mm256_max_epi32(_mm256_sub_epi32(r, _mm256_set1_epi32(1)), zero);
-      const __m256i sc = _mm256_castps_si256(_mm256_mul_ps(_mm256_i32gather_ps(r255, rm, 4), Mq));
-      // sc >= gb  <=>  !(gb > sc)
-      r = _mm256_add_epi32(r, _mm256_andnot_si256(_mm256_cmpgt_epi32(gb, sc), _mm256_cmpgt_epi32(r, zero)));
-    }
-    r = _mm256_and_si256(r, live);
-    const __m256 sc = _mm256_mul_ps(_mm256_i32gather_ps(r255, r, 4), Mq);
+    // The fix-ups of dq_group_scale_up read R255 at r, r-1 (or r after the
+    // step up) and the final r in {r-1, r, r+1}: all three gathered at once
+    // (one gather latency on the per-SG critical path instead of three).
+    const __m256i one_i = _mm256_set1_epi32(1);
+    const __m256i s0 = _mm256_castps_si256(_mm256_mul_ps(_mm256_i32gather_ps(r255, r, 4), Mq));
+    const __m256i sm = _mm256_castps_si256(_mm256_mul_ps(
+        _mm256_i32gather_ps(r255, _mm256_max_epi32(_mm256_sub_epi32(r, one_i), zero), 4), Mq));
+    const __m256i sp = _mm256_castps_si256(_mm256_mul_ps(
+        _mm256_i32gather_ps(r255, _mm256_min_epi32(_mm256_add_epi32(r, one_i), c255), 4), Mq));
+    // up: r < 255 and R255[r]*M < g
+    const __m256i up = _mm256_and_si256(_mm256_cmpgt_epi32(c255, r), _mm256_cmpgt_epi32(gb, s0));
+    const __m256i r1 = _mm256_sub_epi32(r, up);
+    // down: r1 > 0 and R255[r1-1]*M >= g, R255[r1-1] = up ? R255[r] : R255[max(r-1, 0)]
+    const __m256i sdown = _mm256_blendv_epi8(sm, s0, up);
+    const __m256i dn = _mm256_andnot_si256(_mm256_cmpgt_epi32(gb, sdown), _mm256_cmpgt_epi32(r1, zero));
+    r = _mm256_and_si256(_mm256_add_epi32(r1, dn), live);
+    // R255[r]*M for the final r (don't care when not live: pos below is 0)
+    const __m256i sfin = _mm256_blendv_epi8(
+        _mm256_blendv_epi8(s0, sm, _mm256_andnot_si256(up, dn)), sp, _mm256_andnot_si256(dn, up));
+    const __m256 sc = _mm256_castsi256_ps(sfin);
     const __m256i pos = _mm256_and_si256(live, _mm256_cmpgt_epi32(_mm256_castps_si256(sc), zero));
     const __m256 inv = _mm256_div_ps(one, _mm256_blendv_ps(one, sc, _mm256_castsi256_ps(pos)));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(rk + k), r);
