@@ -2,7 +2,9 @@
 // its own width b in {1, 2, 4, 8, 16} chosen by the allocator, groups of s
 // values with uint8 scales under a bf16 super-group scale, non-uniform
 // levels, stochastic rounding that is unbiased, correlated across ranks.
-// The math is in dynamiq_math.h; this file holds the CPU loops.
+// The math is in dynamiq_math.h; this file holds the CPU loops (explicit
+// AVX2 for the hot paths when compiled for it, bit-identical to the shared
+// functions; portable loops otherwise and for shapes the AVX2 paths skip).
 //
 // WIRE FORMAT of a block [w0, w1) of wire positions: the super-groups in wire
 // order, back to back, no header and no padding between them. SG at wire
