@@ -330,6 +330,15 @@ inline __m256i mulhi_epu32(__m256i a, __m256i b) {
   return _mm256_blend_epi32(_mm256_srli_epi64(pe, 32), po, 0xAA);
 }
 
+// perm_mix32 after its first step (x ^= x >> 16), on 8 lanes
+inline __m256i mix32_tail_avx2(__m256i x) {
+  x = _mm256_mullo_epi32(x, _mm256_set1_epi32(int(0x7feb352du)));
+  x = _mm256_xor_si256(x, _mm256_srli_epi32(x, 15));
+  x = _mm256_mullo_epi32(x, _mm256_set1_epi32(int(0x846ca68bu)));
+  x = _mm256_xor_si256(x, _mm256_srli_epi32(x, 16));
+  return x;
+}
+
 // perm_mix32 on 8 lanes
 inline __m256i mix32_avx2(__m256i x) {
   x = _mm256_xor_si256(x, _mm256_srli_epi32(x, 16));
@@ -347,10 +356,16 @@ inline void swap_or_not_avx2(uint32_t n, uint32_t rank, const __m256i* w, __m256
   const __m256i N = _mm256_set1_epi32(int(n));
   __m256i x[NV];
   for (int v = 0; v < NV; ++v) x[v] = _mm256_set1_epi32(int(rank));
+  // h = perm_mix32(w ^ c_j): the mix's first step is linear over xor,
+  // (w ^ c) ^ ((w ^ c) >> 16) = (w ^ (w >> 16)) ^ (c ^ (c >> 16)), so the
+  // word's part is computed once for all rounds
+  __m256i u[NV];
+  for (int v = 0; v < NV; ++v) u[v] = _mm256_xor_si256(w[v], _mm256_srli_epi32(w[v], 16));
   for (uint32_t j = 0; j < uint32_t(kSwapOrNotRounds); ++j) {
-    const __m256i cj = _mm256_set1_epi32(int(0x9e3779b9u * (j + 1u)));
+    const uint32_t c = 0x9e3779b9u * (j + 1u);
+    const __m256i cj = _mm256_set1_epi32(int(c ^ (c >> 16)));
     for (int v = 0; v < NV; ++v) {
-      const __m256i h = mix32_avx2(_mm256_xor_si256(w[v], cj));
+      const __m256i h = mix32_tail_avx2(_mm256_xor_si256(u[v], cj));
       const __m256i k = mulhi_epu32(h, N);
       // k, x < n <= 2^16: signed compares are exact
       const __m256i wrap = _mm256_and_si256(_mm256_cmpgt_epi32(x[v], k), N);  // k < x: + n
