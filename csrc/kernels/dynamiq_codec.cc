@@ -143,6 +143,16 @@ DynamiqTables::DynamiqTables(const DynamiqParams& p) {
   for (int r = 0; r < 256; ++r) r255[size_t(r)] = float(double(r) / 255.0);
   offsets_.r255 = as_off<float>(push_array(image_, r255));
   view_ = rebased(image_.data());
+  for (int wi = 1; wi < 4; ++wi) {
+    const DqLevels& lv = view_.lv[wi];
+    for (int32_t c = 0; c < lv.ncells; ++c) {
+      const int32_t j = lv.cell[c];
+      cell_pair_[wi].push_back(uint64_t(uint32_t(j)) | (uint64_t(f32_bits(lv.level[j + 1])) << 32));
+    }
+    for (int32_t j = 0; j < lv.m; ++j)
+      level_pair_[wi].push_back(uint64_t(f32_bits(lv.level[j])) |
+                                (uint64_t(f32_bits(lv.invgap[j])) << 32));
+  }
 }
 
 DqTables DynamiqTables::rebased(const uint8_t* base) const {
@@ -220,6 +230,7 @@ struct Work {
   std::vector<uint32_t> codes32;
   std::vector<float> a, p;
   std::vector<int32_t> j;
+  const uint8_t* col8 = nullptr;  // byte column of the permutation table (3 <= n <= 8)
   explicit Work(int S, int G)
       : tile(size_t(S)), gmax(size_t(G)), scale_e(size_t(S)), inv_e(size_t(S)), pi(size_t(S)),
         ginv(size_t(G)), gr(size_t(G)), words(size_t(S)), swords(size_t(S)), codes(size_t(2 * S)),
@@ -306,18 +317,376 @@ struct Ctx {
   const DynamiqFormat& f;
   const DqTables& tb;
   bool stochastic_scales;
+  const DynamiqTables& tables;
 };
+
+#if defined(__AVX2__)
+// ---- AVX2 building blocks (bit-identical to the scalar functions they mirror) ----
+
+// high 32 bits of a * b per 32-bit lane (perm_mulhi, philox mulhilo)
+inline __m256i mulhi_epu32(__m256i a, __m256i b) {
+  const __m256i pe = _mm256_mul_epu32(a, b);
+  const __m256i po = _mm256_mul_epu32(_mm256_srli_epi64(a, 32), _mm256_srli_epi64(b, 32));
+  return _mm256_blend_epi32(_mm256_srli_epi64(pe, 32), po, 0xAA);
+}
+
+// perm_mix32 after its first step (x ^= x >> 16), on 8 lanes
+inline __m256i mix32_tail_avx2(__m256i x) {
+  x = _mm256_mullo_epi32(x, _mm256_set1_epi32(int(0x7feb352du)));
+  x = _mm256_xor_si256(x, _mm256_srli_epi32(x, 15));
+  x = _mm256_mullo_epi32(x, _mm256_set1_epi32(int(0x846ca68bu)));
+  x = _mm256_xor_si256(x, _mm256_srli_epi32(x, 16));
+  return x;
+}
+
+// perm_mix32 on 8 lanes
+inline __m256i mix32_avx2(__m256i x) {
+  x = _mm256_xor_si256(x, _mm256_srli_epi32(x, 16));
+  x = _mm256_mullo_epi32(x, _mm256_set1_epi32(int(0x7feb352du)));
+  x = _mm256_xor_si256(x, _mm256_srli_epi32(x, 15));
+  x = _mm256_mullo_epi32(x, _mm256_set1_epi32(int(0x846ca68bu)));
+  x = _mm256_xor_si256(x, _mm256_srli_epi32(x, 16));
+  return x;
+}
+
+// perm_swap_or_not_t<kSmall>(n, rank, w) for NV x 8 words w (NV independent
+// chains interleaved: the round's multiplies have a long latency)
+template <bool kSmall, int NV>
+inline void swap_or_not_avx2(uint32_t n, uint32_t rank, const __m256i* w, __m256i* xo) {
+  const __m256i N = _mm256_set1_epi32(int(n));
+  __m256i x[NV];
+  for (int v = 0; v < NV; ++v) x[v] = _mm256_set1_epi32(int(rank));
+  // h = perm_mix32(w ^ c_j): the mix's first step is linear over xor,
+  // (w ^ c) ^ ((w ^ c) >> 16) = (w ^ (w >> 16)) ^ (c ^ (c >> 16)), so the
+  // word's part is computed once for all rounds
+  __m256i u[NV];
+  for (int v = 0; v < NV; ++v) u[v] = _mm256_xor_si256(w[v], _mm256_srli_epi32(w[v], 16));
+  for (uint32_t j = 0; j < uint32_t(kSwapOrNotRounds); ++j) {
+    const uint32_t c = 0x9e3779b9u * (j + 1u);
+    const __m256i cj = _mm256_set1_epi32(int(c ^ (c >> 16)));
+    for (int v = 0; v < NV; ++v) {
+      const __m256i h = mix32_tail_avx2(_mm256_xor_si256(u[v], cj));
+      const __m256i k = mulhi_epu32(h, N);
+      // k, x < n <= 2^16: signed compares are exact
+      const __m256i wrap = _mm256_and_si256(_mm256_cmpgt_epi32(x[v], k), N);  // k < x: + n
+      const __m256i xp = _mm256_sub_epi32(_mm256_add_epi32(k, wrap), x[v]);
+      const __m256i hi = _mm256_max_epi32(x[v], xp);
+      // the round function's bit in the sign position of `bit`
+      __m256i bit;
+      if constexpr (kSmall) {
+        // bit (hi & 31) of g: shifted left by 31 - (hi & 31) = ~hi & 31
+        const __m256i g = _mm256_mullo_epi32(h, _mm256_set1_epi32(int(0x2545f491u)));
+        bit = _mm256_sllv_epi32(g, _mm256_andnot_si256(hi, _mm256_set1_epi32(31)));
+      } else {
+        bit = mix32_avx2(
+            _mm256_add_epi32(h, _mm256_mullo_epi32(_mm256_set1_epi32(int(0x85ebca6bu)), hi)));
+      }
+      x[v] = _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(x[v]), _mm256_castsi256_ps(xp),
+                                                  _mm256_castsi256_ps(bit)));  // xp where bit
+    }
+  }
+  for (int v = 0; v < NV; ++v) xo[v] = x[v];
+}
+
+void fill_strata_avx2(const PermParams& pp, const uint8_t* col8, int S,
+                      const uint32_t* __restrict sw, float* __restrict pi) {
+  if (pp.n == 2) {
+    const __m256i r = _mm256_set1_epi32(int(pp.rank));
+    for (int i = 0; i < S; i += 8) {
+      const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sw + i));
+      _mm256_storeu_ps(pi + i, _mm256_cvtepi32_ps(_mm256_xor_si256(r, _mm256_srli_epi32(w, 31))));
+    }
+  } else if (pp.n <= uint32_t(kPermTableMaxN)) {
+    // byte column (perm_table_column8): 32-bit loads at byte offsets, low byte kept
+    const int* col = reinterpret_cast<const int*>(col8);
+    const __m256i nf = _mm256_set1_epi32(int(pp.nfact));
+    const __m256i lo = _mm256_set1_epi32(0xff);
+    for (int i = 0; i < S; i += 8) {
+      const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sw + i));
+      const __m256i m = mulhi_epu32(w, nf);  // < n! <= 40320
+      const __m256i v = _mm256_and_si256(_mm256_i32gather_epi32(col, m, 1), lo);
+      _mm256_storeu_ps(pi + i, _mm256_cvtepi32_ps(v));
+    }
+  } else {
+    constexpr int NV = 4;
+    int i = 0;
+    for (; i + 8 * NV <= S; i += 8 * NV) {
+      __m256i w[NV], x[NV];
+      for (int v = 0; v < NV; ++v)
+        w[v] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sw + i + 8 * v));
+      if (pp.n <= 32u)
+        swap_or_not_avx2<true, NV>(pp.n, pp.rank, w, x);
+      else
+        swap_or_not_avx2<false, NV>(pp.n, pp.rank, w, x);
+      for (int v = 0; v < NV; ++v) _mm256_storeu_ps(pi + i + 8 * v, _mm256_cvtepi32_ps(x[v]));
+    }
+    for (; i < S; i += 8) {
+      __m256i w[1], x[1];
+      w[0] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sw + i));
+      if (pp.n <= 32u)
+        swap_or_not_avx2<true, 1>(pp.n, pp.rank, w, x);
+      else
+        swap_or_not_avx2<false, 1>(pp.n, pp.rank, w, x);
+      _mm256_storeu_ps(pi + i, _mm256_cvtepi32_ps(x[0]));
+    }
+  }
+}
+#endif
+
+#if defined(__AVX2__)
+// tab[idx] for 8 indices of a table of (first, second) 32-bit pairs: two 64-bit
+// gathers (8 loads instead of the 16 of two 32-bit gathers), split into firsts and seconds.
+inline void gather_pairs(const uint64_t* tab, __m256i idx, __m256i& first, __m256i& second) {
+  // lanes (0,1,4,5) to the first gather and (2,3,6,7) to the second, so that the
+  // in-lane shuffles below give the elements back in order
+  const __m256i perm = _mm256_permutevar8x32_epi32(idx, _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7));
+  const long long* t = reinterpret_cast<const long long*>(tab);
+  const __m256 a = _mm256_castsi256_ps(_mm256_i32gather_epi64(t, _mm256_castsi256_si128(perm), 8));
+  const __m256 b = _mm256_castsi256_ps(_mm256_i32gather_epi64(t, _mm256_extracti128_si256(perm, 1), 8));
+  first = _mm256_castps_si256(_mm256_shuffle_ps(a, b, 0x88));
+  second = _mm256_castps_si256(_mm256_shuffle_ps(a, b, 0xDD));
+}
+
+// The value passes of encode_sg (dq_sign, dq_normalise, dq_bracket<B>, dq_frac,
+// dq_round_up, dq_code<B>) and the planar packing in one AVX2 loop, for
+// B in {2, 4, 8} and nb = S*B/8 a multiple of 32: each iteration makes 32 code
+// bytes from the P = 8/B vectors of 8 elements that share them. pi == nullptr:
+// not correlated (strata 0).
+template <int B>
+void encode_values_avx2(const DqLevels& lv, const uint64_t* __restrict cellp,
+                        const uint64_t* __restrict levp, const DqRounding& rd, int S,
+                        const float* __restrict t, const float* __restrict inv_e,
+                        const float* __restrict pi, const uint32_t* __restrict w,
+                        uint8_t* __restrict out) {
+  constexpr int P = 8 / B;
+  const int nb = S / P;
+  const __m256i absmask = _mm256_set1_epi32(0x7fffffff);
+  const __m256i one_bits = _mm256_set1_epi32(0x3f800000);
+  const __m256 zero = _mm256_setzero_ps();
+  const __m256 nf = _mm256_set1_ps(rd.nf);
+  const __m256 gscale = _mm256_set1_ps(rd.gscale);
+  const __m256 half = _mm256_set1_ps(0.5f);
+  const __m128i gshift = _mm_cvtsi32_si128(int(rd.gshift));
+  const bool stoch = rd.stochastic;
+  const __m256i signbit = _mm256_set1_epi32(1 << (B - 1));
+  // width 4: levels and inverse gaps in registers (j <= 6)
+  __m256 lv8 = zero, ig8 = zero;
+  if constexpr (B == 4) {
+    alignas(32) float l[8] = {0}, g[8] = {0};
+    for (int k = 0; k <= lv.m; ++k) l[k] = lv.level[k];
+    for (int k = 0; k < lv.m; ++k) g[k] = lv.invgap[k];
+    lv8 = _mm256_load_ps(l);
+    ig8 = _mm256_load_ps(g);
+  }
+  __m256i lb[6];  // width 4: level[k] bits - 1, k = 1..6 (a >= level[k] <=> a > level[k] - 1)
+  if constexpr (B == 4)
+    for (int k = 1; k < 7; ++k) lb[k - 1] = _mm256_set1_epi32(int32_t(f32_bits(lv.level[k])) - 1);
+  const __m256i cbase = _mm256_set1_epi32(int32_t(lv.cell_base));
+  const __m128i cshift = _mm_cvtsi32_si128(lv.cell_shift);
+  const __m256i clast = _mm256_set1_epi32(lv.ncells - 1);
+  const __m256i mm1 = _mm256_set1_epi32(lv.m - 1);
+  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+
+  auto code8 = [&](int i) -> __m256i {
+    const __m256 x = _mm256_loadu_ps(t + i);
+    const __m256 negm = _mm256_cmp_ps(x, zero, _CMP_LT_OQ);  // dq_sign
+    const __m256 ax = _mm256_and_ps(x, _mm256_castsi256_ps(absmask));
+    const __m256i ab =
+        _mm256_min_epu32(_mm256_castps_si256(_mm256_mul_ps(ax, _mm256_loadu_ps(inv_e + i))), one_bits);
+    const __m256 a = _mm256_castsi256_ps(ab);
+    __m256i j;
+    __m256 p;
+    if constexpr (B == 2) {
+      j = _mm256_setzero_si256();
+      p = a;
+    } else if constexpr (B == 4) {
+      j = _mm256_setzero_si256();
+      for (int k = 0; k < 6; ++k) j = _mm256_sub_epi32(j, _mm256_cmpgt_epi32(ab, lb[k]));
+      p = _mm256_mul_ps(_mm256_sub_ps(a, _mm256_permutevar8x32_ps(lv8, j)),
+                        _mm256_permutevar8x32_ps(ig8, j));
+    } else {
+      __m256i c = _mm256_sra_epi32(_mm256_sub_epi32(ab, cbase), cshift);
+      c = _mm256_max_epi32(c, _mm256_setzero_si256());
+      c = _mm256_min_epi32(c, clast);
+      __m256i next, lj, gj;
+      gather_pairs(cellp, c, j, next);  // j = cell[c], next = level[j + 1]
+      const __m256i step = _mm256_andnot_si256(_mm256_cmpgt_epi32(next, ab), _mm256_cmpgt_epi32(mm1, j));
+      j = _mm256_sub_epi32(j, step);
+      gather_pairs(levp, j, lj, gj);  // level[j], invgap[j]
+      p = _mm256_mul_ps(_mm256_sub_ps(a, _mm256_castsi256_ps(lj)), _mm256_castsi256_ps(gj));
+    }
+    // dq_round_up
+    __m256 gam = half;
+    if (stoch) {
+      const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + i));
+      gam = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_srl_epi32(wv, gshift)), gscale);
+    }
+    const __m256 v = pi ? _mm256_add_ps(_mm256_loadu_ps(pi + i), gam) : _mm256_add_ps(zero, gam);
+    const __m256 vn = _mm256_sub_ps(nf, v);
+    const __m256 pn = _mm256_mul_ps(p, nf);
+    const __m256 up = _mm256_blendv_ps(_mm256_cmp_ps(v, pn, _CMP_LT_OQ),
+                                       _mm256_cmp_ps(vn, pn, _CMP_LT_OQ), negm);
+    j = _mm256_sub_epi32(j, _mm256_castps_si256(up));
+    return _mm256_or_si256(j, _mm256_and_si256(_mm256_castps_si256(negm), signbit));
+  };
+
+  for (int kb = 0; kb < nb; kb += 32) {
+    __m256i acc[4];
+    for (int q = 0; q < 4; ++q) {
+      const int k = kb + 8 * q;
+      __m256i c = code8(k);
+      for (int jp = 1; jp < P; ++jp) c = _mm256_or_si256(c, _mm256_slli_epi32(code8(k + jp * nb), jp * B));
+      acc[q] = c;
+    }
+    const __m256i ab = _mm256_packus_epi32(acc[0], acc[1]);
+    const __m256i cd = _mm256_packus_epi32(acc[2], acc[3]);
+    const __m256i bytes = _mm256_permutevar8x32_epi32(_mm256_packus_epi16(ab, cd), order);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + kb), bytes);
+  }
+}
+#endif
+
+#if defined(__AVX2__)
+// dq_group_scale_up for groups [0, G8) (G8 a multiple of 8): codes into rk, 1/normaliser into ik.
+void group_scales_up_avx2(const float* __restrict gmax, float Msg, const float* __restrict r255,
+                          int G8, uint32_t* __restrict rk, float* __restrict ik) {
+  const int32_t mb = int32_t(f32_bits(Msg));
+  const __m256 Mq = _mm256_set1_ps(bits_f32(mb > 0 ? uint32_t(mb) : 0x3f800000u));
+  const __m256i mlive = _mm256_set1_epi32(mb > 0 ? -1 : 0);
+  const __m256i zero = _mm256_setzero_si256();
+  const __m256i c255 = _mm256_set1_epi32(255);
+  const __m256i t255 = _mm256_set1_epi32(0x437f0000);
+  const __m256 one = _mm256_set1_ps(1.0f);
+  for (int k = 0; k < G8; k += 8) {
+    const __m256 g = _mm256_loadu_ps(gmax + k);
+    const __m256i gb = _mm256_castps_si256(g);
+    const __m256i live = _mm256_and_si256(_mm256_cmpgt_epi32(gb, zero), mlive);
+    const __m256 t0 = _mm256_mul_ps(_mm256_div_ps(g, Mq), _mm256_set1_ps(255.0f));
+    const __m256i tb = _mm256_min_epu32(_mm256_castps_si256(t0), t255);
+    __m256i r = _mm256_cvttps_epi32(_mm256_castsi256_ps(tb));  // floor (t >= 0)
+    r = _mm256_sub_epi32(r, _mm256_cmpgt_epi32(tb, _mm256_castps_si256(_mm256_cvtepi32_ps(r))));
+    r = _mm256_min_epi32(r, c255);
+    // The fix-ups of dq_group_scale_up read R255 at r, r-1 (or r after the
+    // step up) and the final r in {r-1, r, r+1}: all three gathered at once
+    // (one gather latency on the per-SG critical path instead of three).
+    const __m256i one_i = _mm256_set1_epi32(1);
+    const __m256i s0 = _mm256_castps_si256(_mm256_mul_ps(_mm256_i32gather_ps(r255, r, 4), Mq));
+    const __m256i sm = _mm256_castps_si256(_mm256_mul_ps(
+        _mm256_i32gather_ps(r255, _mm256_max_epi32(_mm256_sub_epi32(r, one_i), zero), 4), Mq));
+    const __m256i sp = _mm256_castps_si256(_mm256_mul_ps(
+        _mm256_i32gather_ps(r255, _mm256_min_epi32(_mm256_add_epi32(r, one_i), c255), 4), Mq));
+    // up: r < 255 and R255[r]*M < g
+    const __m256i up = _mm256_and_si256(_mm256_cmpgt_epi32(c255, r), _mm256_cmpgt_epi32(gb, s0));
+    const __m256i r1 = _mm256_sub_epi32(r, up);
+    // down: r1 > 0 and R255[r1-1]*M >= g, R255[r1-1] = up ? R255[r] : R255[max(r-1, 0)]
+    const __m256i sdown = _mm256_blendv_epi8(sm, s0, up);
+    const __m256i dn = _mm256_andnot_si256(_mm256_cmpgt_epi32(gb, sdown), _mm256_cmpgt_epi32(r1, zero));
+    r = _mm256_and_si256(_mm256_add_epi32(r1, dn), live);
+    // R255[r]*M for the final r (don't care when not live: pos below is 0)
+    const __m256i sfin = _mm256_blendv_epi8(
+        _mm256_blendv_epi8(s0, sm, _mm256_andnot_si256(up, dn)), sp, _mm256_andnot_si256(dn, up));
+    const __m256 sc = _mm256_castsi256_ps(sfin);
+    const __m256i pos = _mm256_and_si256(live, _mm256_cmpgt_epi32(_mm256_castps_si256(sc), zero));
+    const __m256 inv = _mm256_div_ps(one, _mm256_blendv_ps(one, sc, _mm256_castsi256_ps(pos)));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(rk + k), r);
+    _mm256_storeu_ps(ik + k, _mm256_and_ps(inv, _mm256_castsi256_ps(pos)));
+  }
+}
+
+// Group maxima of |t| on the bit patterns (s a multiple of 8); returns the overall max.
+uint32_t group_max_avx2(const float* __restrict t, int G, int s, float* __restrict gmax) {
+  const __m256i absmask = _mm256_set1_epi32(0x7fffffff);
+  __m256i all = _mm256_setzero_si256();
+  for (int k = 0; k < G; ++k) {
+    __m256i m = _mm256_setzero_si256();
+    for (int i = 0; i < s; i += 8)
+      m = _mm256_max_epu32(m, _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(t + k * s + i)), absmask));
+    all = _mm256_max_epu32(all, m);
+    __m128i h = _mm_max_epu32(_mm256_castsi256_si128(m), _mm256_extracti128_si256(m, 1));
+    h = _mm_max_epu32(h, _mm_shuffle_epi32(h, 0x4e));
+    h = _mm_max_epu32(h, _mm_shuffle_epi32(h, 0xb1));
+    gmax[k] = bits_f32(uint32_t(_mm_cvtsi128_si32(h)));
+  }
+  __m128i h = _mm_max_epu32(_mm256_castsi256_si128(all), _mm256_extracti128_si256(all, 1));
+  h = _mm_max_epu32(h, _mm_shuffle_epi32(h, 0x4e));
+  h = _mm_max_epu32(h, _mm_shuffle_epi32(h, 0xb1));
+  return uint32_t(_mm_cvtsi128_si32(h));
+}
+#endif
+
+#if defined(__AVX2__)
+// The value loop of decode_sg for B in {2, 4, 8} and nb = S*B/8 a multiple of 8:
+// tile = fma(decode[code], sc, base) (base != nullptr) or decode[code] * sc.
+template <int B>
+void decode_values_avx2(const float* __restrict dec, const uint8_t* __restrict codes, int S,
+                        const float* __restrict sc, const float* __restrict base,
+                        float* __restrict tile) {
+  constexpr int P = 8 / B;
+  const int nb = S / P;
+  const __m256i mask = _mm256_set1_epi32((1 << B) - 1);
+  __m256 t0 = _mm256_setzero_ps(), t1 = _mm256_setzero_ps();
+  if constexpr (B == 2) {
+    t0 = _mm256_setr_ps(dec[0], dec[1], dec[2], dec[3], 0.0f, 0.0f, 0.0f, 0.0f);
+  } else if constexpr (B == 4) {
+    t0 = _mm256_loadu_ps(dec);
+    t1 = _mm256_loadu_ps(dec + 8);
+  }
+  for (int k = 0; k < nb; k += 8) {
+    const __m256i bytes =
+        _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes + k)));
+    for (int j = 0; j < P; ++j) {
+      const int i = k + j * nb;
+      const __m256i c = _mm256_and_si256(_mm256_srli_epi32(bytes, j * B), mask);
+      __m256 d;
+      if constexpr (B == 2) {
+        d = _mm256_permutevar8x32_ps(t0, c);
+      } else if constexpr (B == 4) {
+        d = _mm256_blendv_ps(_mm256_permutevar8x32_ps(t0, c), _mm256_permutevar8x32_ps(t1, c),
+                             _mm256_castsi256_ps(_mm256_slli_epi32(c, 28)));
+      } else {
+        d = _mm256_i32gather_ps(dec, c, 4);
+      }
+      const __m256 s8 = _mm256_loadu_ps(sc + i);
+      if (base)
+        _mm256_storeu_ps(tile + i, _mm256_fmadd_ps(d, s8, _mm256_loadu_ps(base + i)));
+      else
+        _mm256_storeu_ps(tile + i, _mm256_mul_ps(d, s8));
+    }
+  }
+}
+#endif
+
+// out[k*s + i] = v[k] for i < s: the per-element copy of per-group values.
+inline void broadcast_groups(const float* __restrict v, int G, int s, float* __restrict out) {
+#if defined(__AVX2__)
+  if (s % 8 == 0) {
+    for (int k = 0; k < G; ++k) {
+      const __m256 b = _mm256_broadcast_ss(v + k);
+      for (int i = 0; i < s; i += 8) _mm256_storeu_ps(out + k * s + i, b);
+    }
+    return;
+  }
+#endif
+  for (int k = 0; k < G; ++k)
+    for (int i = 0; i < s; ++i) out[k * s + i] = v[k];
+}
 
 // Strata of this rank for the S elements of SG src (0 when not correlated).
 // One loop per permutation kind, so each is a simple vectorisable loop.
-void fill_strata(const DqRounding& rd, int64_t src, int S, uint32_t* __restrict sw,
-                 float* __restrict pi) {
+void fill_strata(const DqRounding& rd, const uint8_t* col8, int64_t src, int S,
+                 uint32_t* __restrict sw, float* __restrict pi) {
   if (!rd.correlated) {
     for (int i = 0; i < S; ++i) pi[i] = 0.0f;
     return;
   }
   fill_words(rd.key, uint64_t(src) * uint64_t(S / 4), kPurposePermutation, 0, S, sw);
   const PermParams pp = rd.perm;
+#if defined(__AVX2__)
+  if (S % 8 == 0) {
+    fill_strata_avx2(pp, col8, S, sw, pi);
+    return;
+  }
+#endif
   if (pp.n == 2) {
     const uint32_t r = pp.rank;
     for (int i = 0; i < S; ++i) pi[i] = float(r ^ (sw[i] >> 31));
@@ -364,6 +733,11 @@ void encode_sg(const Ctx& cx, const DqRounding& rd, int64_t src, Work& ws, uint8
     const uint32_t* __restrict tb = reinterpret_cast<const uint32_t*>(t);
     float* __restrict gmax = ws.gmax.data();
     uint32_t mbits = 0;
+#if defined(__AVX2__)
+    if (s % 8 == 0) {
+      mbits = group_max_avx2(t, G, s, gmax);
+    } else
+#endif
     for (int k = 0; k < G; ++k) {
       uint32_t m = 0;
       for (int i = 0; i < s; ++i) {
@@ -406,15 +780,19 @@ void encode_sg(const Ctx& cx, const DqRounding& rd, int64_t src, Work& ws, uint8
         uint32_t* __restrict rk = ws.gr.data();
         float* __restrict ik = ws.ginv.data();
         const float* __restrict r255 = cx.tb.r255;
-        for (int k = 0; k < G; ++k) {
+        int k0 = 0;
+#if defined(__AVX2__)
+        k0 = G - G % 8;
+        group_scales_up_avx2(gmax, Msg, r255, k0, rk, ik);
+#endif
+        for (int k = k0; k < G; ++k) {
           const DqGroupScale gs = dq_group_scale_up(gmax[k], Msg, r255);
           rk[k] = gs.r;
           ik[k] = gs.inv;
         }
         for (int k = 0; k < G; ++k) out[2 + k] = uint8_t(rk[k]);
       }
-      for (int k = 0; k < G; ++k)
-        for (int i = 0; i < s; ++i) inv_e[k * s + i] = ws.ginv[size_t(k)];
+      broadcast_groups(ws.ginv.data(), G, s, inv_e);
       codes_out = out + 2 + G;
     } else {
       for (int k = 0; k < G; ++k) {
@@ -432,15 +810,32 @@ void encode_sg(const Ctx& cx, const DqRounding& rd, int64_t src, Work& ws, uint8
     // random words: private (value rounding) and shared (strata)
     uint32_t* __restrict w = ws.words.data();
     float* __restrict pi = ws.pi.data();
+#if defined(__AVX2__)
+    // the fused AVX2 value loop reads w only when stochastic and pi only when correlated
+    constexpr bool kFastWidth = B >= 2;
+    const bool fast = kFastWidth && (S * B / 8) % 32 == 0;
+#else
+    const bool fast = false;
+#endif
     if (rd.stochastic) {
       fill_words(rd.key, uint64_t(src) * uint64_t(S / 4), kPurposeValue, rd.rank, S, w);
-    } else {
+    } else if (!fast) {
       for (int i = 0; i < S; ++i) w[i] = 0;
     }
-    fill_strata(rd, src, S, ws.swords.data(), pi);
+    if (rd.correlated || !fast) fill_strata(rd, ws.col8, src, S, ws.swords.data(), pi);
+    const DqLevels lv = cx.tb.lv[dynamiq_width_index(B)];
+#if defined(__AVX2__)
+    if constexpr (B >= 2) {
+      if (fast) {
+        const int wi = dynamiq_width_index(B);
+        encode_values_avx2<B>(lv, cx.tables.cell_pair(wi), cx.tables.level_pair(wi), rd, S, t, inv_e,
+                              rd.correlated ? pi : nullptr, w, codes_out);
+        return;
+      }
+    }
+#endif
     // codes: the steps of dq_encode_value as separate passes (each vectorises)
     uint32_t* __restrict c = ws.codes32.data();
-    const DqLevels lv = cx.tb.lv[dynamiq_width_index(B)];
     const DqRounding r = rd;
     if constexpr (B == 1) {
       for (int i = 0; i < S; ++i) c[i] = dq_encode_sign(t[i], inv_e[i], pi[i], w[i], r);
@@ -490,24 +885,29 @@ void decode_sg(const Ctx& cx, const uint8_t* in, const float* __restrict base, W
   } else {
     float* __restrict sc = ws.scale_e.data();
     const uint8_t* codes;
+    float* __restrict gsc = ws.gmax.data();  // G decoded group scales
     if (cx.f.hierarchical) {
       const float Msg = bf16_to_f32(uint16_t(in[0] | (uint16_t(in[1]) << 8)));
-      for (int k = 0; k < G; ++k) {
-        const float v = cx.tb.r255[in[2 + k]] * Msg;
-        for (int i = 0; i < s; ++i) sc[k * s + i] = v;
-      }
+      for (int k = 0; k < G; ++k) gsc[k] = cx.tb.r255[in[2 + k]] * Msg;
       codes = in + 2 + G;
     } else {
-      for (int k = 0; k < G; ++k) {
-        const float v = bf16_to_f32(uint16_t(in[2 * k] | (uint16_t(in[2 * k + 1]) << 8)));
-        for (int i = 0; i < s; ++i) sc[k * s + i] = v;
-      }
+      for (int k = 0; k < G; ++k)
+        gsc[k] = bf16_to_f32(uint16_t(in[2 * k] | (uint16_t(in[2 * k + 1]) << 8)));
       codes = in + 2 * G;
     }
+    broadcast_groups(gsc, G, s, sc);
     const float* __restrict dec = cx.tb.lv[dynamiq_width_index(B)].decode;
     constexpr int P = 8 / B;
     constexpr uint32_t mask = (1u << B) - 1u;
     const int nb = S / P;
+#if defined(__AVX2__)
+    if constexpr (B >= 2) {
+      if (nb % 8 == 0) {
+        decode_values_avx2<B>(dec, codes, S, sc, base, tile);
+        return;
+      }
+    }
+#endif
     for (int j = 0; j < P; ++j) {
       float* __restrict tj = tile + j * nb;
       const float* __restrict sj = sc + j * nb;
@@ -583,8 +983,10 @@ size_t DynamiqCodec::compress(const Local& x, const Plan& plan, const Block& b, 
                               uint8_t* out) const {
   const size_t bytes = check_block(plan, b);
   const DqRounding rd = make_dynamiq_rounding(rng);
-  const Ctx cx{p_.fmt, tables_.view(), p_.stochastic_group_scales};
+  const Ctx cx{p_.fmt, tables_.view(), p_.stochastic_group_scales, tables_};
   Work ws(p_.fmt.S, p_.fmt.S / p_.fmt.s);
+  if (rd.correlated && rd.perm.n >= 3 && rd.perm.n <= uint32_t(kPermTableMaxN))
+    ws.col8 = perm_table_column8(int(rd.perm.n), int(rd.perm.rank));
   uint8_t* o = out;
   for (int64_t w = b.w0; w < b.w1; ++w) {
     const int64_t src = plan.src_unit(w);
@@ -599,7 +1001,7 @@ size_t DynamiqCodec::compress(const Local& x, const Plan& plan, const Block& b, 
 void DynamiqCodec::decompress(const uint8_t* in, size_t in_bytes, const Plan& plan,
                               const Block& b, const Output& y) const {
   check_message_size(in_bytes, check_block(plan, b), "dynamiq");
-  const Ctx cx{p_.fmt, tables_.view(), p_.stochastic_group_scales};
+  const Ctx cx{p_.fmt, tables_.view(), p_.stochastic_group_scales, tables_};
   Work ws(p_.fmt.S, p_.fmt.S / p_.fmt.s);
   const uint8_t* p = in;
   for (int64_t w = b.w0; w < b.w1; ++w) {
@@ -614,7 +1016,7 @@ void DynamiqCodec::decompress(const uint8_t* in, size_t in_bytes, const Plan& pl
 void DynamiqCodec::decompress_accumulate(const uint8_t* in, size_t in_bytes, const Local& x,
                                          const Plan& plan, const Block& b, float* acc) const {
   check_message_size(in_bytes, check_block(plan, b), "dynamiq");
-  const Ctx cx{p_.fmt, tables_.view(), p_.stochastic_group_scales};
+  const Ctx cx{p_.fmt, tables_.view(), p_.stochastic_group_scales, tables_};
   Work ws(p_.fmt.S, p_.fmt.S / p_.fmt.s);
   const int64_t U = plan.unit;
   const uint8_t* p = in;
@@ -637,8 +1039,10 @@ size_t DynamiqCodec::decompress_accumulate_recompress(const uint8_t* in, size_t 
   const size_t bytes = check_block(plan, b);
   check_message_size(in_bytes, bytes, "dynamiq");
   const DqRounding rd = make_dynamiq_rounding(rng);
-  const Ctx cx{p_.fmt, tables_.view(), p_.stochastic_group_scales};
+  const Ctx cx{p_.fmt, tables_.view(), p_.stochastic_group_scales, tables_};
   Work ws(p_.fmt.S, p_.fmt.S / p_.fmt.s);
+  if (rd.correlated && rd.perm.n >= 3 && rd.perm.n <= uint32_t(kPermTableMaxN))
+    ws.col8 = perm_table_column8(int(rd.perm.n), int(rd.perm.rank));
   std::vector<float> local(size_t(p_.fmt.S));
   const uint8_t* p = in;
   uint8_t* o = out;

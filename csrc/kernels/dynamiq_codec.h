@@ -2,7 +2,9 @@
 // its own width b in {1, 2, 4, 8, 16} chosen by the allocator, groups of s
 // values with uint8 scales under a bf16 super-group scale, non-uniform
 // levels, stochastic rounding that is unbiased, correlated across ranks.
-// The math is in dynamiq_math.h; this file holds the CPU loops.
+// The math is in dynamiq_math.h; this file holds the CPU loops (explicit
+// AVX2 for the hot paths when compiled for it, bit-identical to the shared
+// functions; portable loops otherwise and for shapes the AVX2 paths skip).
 //
 // WIRE FORMAT of a block [w0, w1) of wire positions: the super-groups in wire
 // order, back to back, no header and no padding between them. SG at wire
@@ -72,12 +74,19 @@ class DynamiqTables {
   // Contiguous byte image of all tables and the offsets of each array in it,
   // so a device copy can rebase the pointers (see cuda/dynamiq_kernels.h).
   const std::vector<uint8_t>& image() const { return image_; }
+  // CPU-only copies of the width-index wi tables as (first, second) 32-bit
+  // pairs, so that one 64-bit gather fetches both (the AVX2 width-8 loop):
+  // cell_pair[c] = (cell[c], bits of level[cell[c] + 1]),
+  // level_pair[j] = (bits of level[j], bits of invgap[j]), j < m.
+  const uint64_t* cell_pair(int wi) const { return cell_pair_[wi].data(); }
+  const uint64_t* level_pair(int wi) const { return level_pair_[wi].data(); }
   DqTables rebased(const uint8_t* base) const;
 
  private:
   std::vector<uint8_t> image_;
   DqTables offsets_;  // pointers hold byte offsets into image_
   DqTables view_;
+  std::vector<uint64_t> cell_pair_[4], level_pair_[4];
 };
 
 class DynamiqCodec final : public Codec {

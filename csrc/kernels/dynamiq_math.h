@@ -1,5 +1,8 @@
 // DynamiQ per-element and per-group math (paper section 3.3), shared by the
 // CPU loops (dynamiq_codec.cc) and the CUDA kernels (cuda/dynamiq_kernels.cu).
+// This is the definition: the CPU kernels' explicit AVX2 paths re-express it
+// and must agree with it bit for bit (tests/cpp/test_dynamiq_fastpath.cc
+// compares every CPU kernel against a per-element loop over these functions).
 // Everything here is __host__ __device__, uses only +, -, *, /, comparisons and
 // integer operations (no libm transcendental), so the CPU and the GPU produce
 // the same bits. The build disables floating-point contraction (CMakeLists:
@@ -255,8 +258,9 @@ DQ_HD int32_t dq_bracket(const DqLevels& t, float a) {
 }
 
 // The steps of coding one value x (b >= 2), normalised by inv, with random
-// word w and stratum pi. dq_encode_value composes them; the CPU loops run
-// them as separate passes (each one vectorises), the CUDA kernel per element.
+// word w and stratum pi. dq_encode_value composes them; the CUDA kernel runs
+// it per element; the CPU runs the steps in one AVX2 loop (widths 2, 4, 8)
+// or, where that does not apply, as separate auto-vectorised passes.
 DQ_HD uint32_t dq_sign(float x) { return x < 0.0f ? 1u : 0u; }
 
 // a = min(|x| * inv, 1), the clamp on the bit pattern (nan -> 1)

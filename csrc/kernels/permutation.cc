@@ -54,6 +54,22 @@ const int32_t* perm_table_column(int n, int rank) {
   return slot->data();
 }
 
+const uint8_t* perm_table_column8(int n, int rank) {
+  const int32_t* col = perm_table_column(n, rank);  // checks n and rank
+  static std::mutex mu;
+  static auto* cache = new std::map<std::pair<int, int>, std::unique_ptr<std::vector<uint8_t>>>();
+  std::lock_guard<std::mutex> lk(mu);
+  auto& slot = (*cache)[{n, rank}];
+  if (!slot) {
+    size_t nf = 1;
+    for (int i = 2; i <= n; ++i) nf *= size_t(i);
+    auto c8 = std::make_unique<std::vector<uint8_t>>(nf + 3, uint8_t(0));
+    for (size_t m = 0; m < nf; ++m) (*c8)[m] = uint8_t(col[m]);
+    slot = std::move(c8);
+  }
+  return slot->data();
+}
+
 PermParams make_perm_params(int n, int rank) {
   DQ_CHECK(n >= 1, "permutation: world size must be >= 1");
   DQ_CHECK(rank >= 0 && rank < n, "permutation: rank out of range");
