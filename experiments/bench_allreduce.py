@@ -242,9 +242,8 @@ def report(rows: list, args, rate_bps: float) -> str:
                   f"{r['busbw'] / 1e9:.3f}", benchlib.fmt_bytes(sent) if sent else "?",
                   f"{b['median'] / r['median']:.2f}x" if b else "-",
                   f"{gloo_bytes / sent:.2f}x" if sent else "?"]
-        if rate_bps:
-            bound = (sent or gloo_bytes) * 8 / (rate_bps * benchlib.GOODPUT)
-            cells.append(f"{100 * bound / r['median']:.0f}%")
+        if rate_bps:  # unknown bytes (PowerSGD): no bound to compare with
+            cells.append(f"{100 * sent * 8 / (rate_bps * benchlib.GOODPUT) / r['median']:.0f}%" if sent else "?")
         table.append(cells)
     return benchlib.markdown_table(headers, table)
 
