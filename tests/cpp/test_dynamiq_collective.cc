@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <numeric>
 
+#include "hook/collective.h"
 #include "hook/executor.h"
 #include "hook/inproc_transport.h"
 #include "hook/schedule.h"
@@ -119,6 +120,67 @@ TEST(DynamiqCollective, EveryRankBitIdenticalRingAndButterfly) {
         const Result w8 = run_collective(topo, n, dt, false, [](int64_t) { return 8; }, 4);
         EXPECT_LT(w8.vnmse, 5e-4) << topology_name(topo) << " n=" << n << " " << dtype_name(dt);
       }
+}
+
+// The whole DynamiQ collective as the hook runs it (statistics pass, header,
+// metadata all-reduce, allocator, plan, schedule, execute) over the
+// in-process transport for every world size 1..17 and every topology: every
+// rank ends bit-identical, the bytes all ranks send add up to 2(n-1) copies
+// of the planned wire size, the budget holds, and the error of the sum stays
+// below the ring bound used by the multi-process pytest (q_w ((n+1)/2 + 1)
+// with q = 0.016 for a 5-bit budget: one 4-bit quantisation of Gaussian
+// groups is 0.0135, dynamiq_codec.md).
+TEST(DynamiqCollective, FullPathEveryWorldSizeOneToSeventeen) {
+  const int64_t numel = 256 * 48 + 77;  // not a multiple of the super-group
+  for (Topology topo : {Topology::kRing, Topology::kButterfly, Topology::kTwoStep}) {
+    for (int n = 1; n <= 17; ++n) {
+      std::vector<std::vector<float>> x(static_cast<size_t>(n));
+      std::vector<double> ref(static_cast<size_t>(numel), 0.0);
+      for (int r = 0; r < n; ++r) {
+        x[size_t(r)] = gaussian(size_t(numel), 1000 + uint64_t(n) * 32 + uint64_t(r));
+        for (int64_t i = 0; i < numel; ++i) ref[size_t(i)] += x[size_t(r)][size_t(i)];
+      }
+      CollectiveConfig cfg;
+      cfg.mode = Mode::kDynamiq;
+      cfg.topology = topo;
+      cfg.bits = 5.0;
+      cfg.block_bytes = 2048;  // several pipelined blocks per chunk
+      std::vector<CallStats> st(static_cast<size_t>(n));
+      InprocWorld world(n, std::chrono::seconds(60));
+      world.run([&](int r, Transport& tr) {
+        CallArgs a;
+        a.data = x[size_t(r)].data();
+        a.numel = numel;
+        a.seq = 7;
+        st[size_t(r)] = all_reduce(tr, cfg, a);
+      });
+      const std::string where = std::string(topology_name(topo)) + " n=" + std::to_string(n);
+      for (int r = 1; r < n; ++r)
+        for (int64_t i = 0; i < numel; ++i)
+          ASSERT_EQ(f32_bits(x[size_t(r)][size_t(i)]), f32_bits(x[0][size_t(i)])) << where << " rank " << r;
+      double e = 0, s = 0;
+      for (int64_t i = 0; i < numel; ++i) {
+        const double d = double(x[0][size_t(i)]) - ref[size_t(i)];
+        e += d * d;
+        s += ref[size_t(i)] * ref[size_t(i)];
+      }
+      if (n == 1) {
+        EXPECT_EQ(st[0].path, Path::kExactMode) << where;
+        EXPECT_EQ(e, 0.0) << where;
+        continue;
+      }
+      EXPECT_EQ(st[0].path, Path::kCompressed) << where;
+      EXPECT_LE(st[0].bits_per_coord, 5.0 + 1e-9) << where;
+      EXPECT_GT(st[0].bits_per_coord, 4.0) << where;  // the budget is used, not wasted
+      int64_t total = 0;
+      for (const CallStats& c : st) {
+        total += c.bytes_sent;
+        EXPECT_EQ(c.bits_per_coord, st[0].bits_per_coord) << where;  // one plan on every rank
+      }
+      EXPECT_EQ(total, 2 * (n - 1) * std::llround(st[0].bits_per_coord * double(numel) / 8.0)) << where;
+      EXPECT_LT(e / s, 0.016 * ((n + 1) / 2.0 + 1.0)) << where;
+    }
+  }
 }
 
 }  // namespace
