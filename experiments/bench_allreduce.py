@@ -7,7 +7,7 @@ built-in communication hooks, all measured in the same run.
     python experiments/bench_allreduce.py --netbed 1gbit --worlds 4 --sizes-mb 64
 
 Rows (`--methods`):
-  gloo                     torch.distributed.all_reduce (float32): the baseline
+  gloo                     torch.distributed.all_reduce in the bucket dtype (--dtype): the baseline
   fp16                     the code path of torch's fp16_compress_hook: cast, divide, Gloo fp16 all-reduce, cast back
   <mode>:<topo>[:<bits>][@<block>]  dynamiq.all_reduce, e.g. none:ring, dynamiq:butterfly:5, lossless:ring,
                            bitsplit:twostep:4, dynamiq:ring:5@256k (pipelining block of 256 KiB)
@@ -151,14 +151,18 @@ def rank_main(rank: int, world: int, args, init_method: str, out_path: str) -> N
     dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=world,
                             timeout=timedelta(seconds=args.pg_timeout))
     rows = []
+    dtype = getattr(torch, args.dtype)
+    esize = torch.empty(0, dtype=dtype).element_size()
     for mb in args.sizes_mb:
-        numel = int(mb * (1 << 20)) // 4
+        numel = int(mb * (1 << 20)) // esize
         g = torch.Generator().manual_seed(rank)
-        x0 = torch.randn(numel, generator=g) * 1e-3
+        x0 = (torch.randn(numel, generator=g) * 1e-3).to(dtype)
         x = x0.clone()
         for method in args.methods:
-            row = benchlib.Row(method=method, world=world, bytes=numel * 4, dtype="float32")
+            row = benchlib.Row(method=method, world=world, bytes=numel * esize, dtype=args.dtype)
             try:
+                if method.startswith("ddp:") and dtype != torch.float32:
+                    raise ValueError("not run: the DDP rows train a float32 model")
                 if method.startswith("ddp:"):
                     run, compute, nbytes = ddp_runner(method, numel, world)
                     row.bytes = nbytes
@@ -236,8 +240,8 @@ def report(rows: list, args, rate_bps: float) -> str:
         sent = r["wire_bytes_per_rank"]
         if sent is None and r["method"] in ("gloo", "ddp:allreduce"):
             sent = gloo_bytes
-        elif sent is None and r["method"] in ("fp16", "ddp:fp16"):
-            sent = gloo_bytes / 2
+        elif sent is None and r["method"] in ("fp16", "ddp:fp16"):  # 2 bytes per element on the wire
+            sent = gloo_bytes * 2 / torch.empty(0, dtype=getattr(torch, r.get("dtype", "float32"))).element_size()
         cells += [f"{r['median'] * 1e3:.1f}", f"{r['spread'] * 100:.0f}%", f"{r['algbw'] / 1e9:.3f}",
                   f"{r['busbw'] / 1e9:.3f}", benchlib.fmt_bytes(sent) if sent else "?",
                   f"{b['median'] / r['median']:.2f}x" if b else "-",
@@ -257,6 +261,8 @@ def main(argv=None) -> None:
     p.add_argument("--worlds", type=int, nargs="+", default=[2, 4])
     p.add_argument("--sizes-mb", type=float, nargs="+", default=[1, 16, 64])
     p.add_argument("--methods", nargs="+", default=["gloo", "fp16", "none:ring", "none:butterfly"])
+    p.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32",
+                   help="bucket dtype (Gloo's own all-reduce takes bf16 on torch 2.14)")
     p.add_argument("--repeats", type=int, default=7)
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--netbed", default=None, help="run in the emulated cluster at this rate (e.g. 1gbit); root")
@@ -274,7 +280,7 @@ def main(argv=None) -> None:
     md = report(rows, args, rate_bps)
     cmd = "python experiments/bench_allreduce.py " + " ".join(argv)
     where = f"netbed at {args.netbed} per link" if args.netbed else "loopback (unshaped)"
-    header = (f"Command: `{cmd}`\n\nNetwork: {where}. Machine: {benchlib.machine_info()}\n\n"
+    header = (f"Command: `{cmd}`\n\nNetwork: {where}. Buckets: {args.dtype}. Machine: {benchlib.machine_info()}\n\n"
               f"Time = slowest rank, median of {args.repeats} repeats; spread = (max-min)/median; "
               f"{benchlib.BUSBW_FORMULA}; speedup = Gloo's median / this row's median (same run); "
               "ideal = Gloo's ring bytes per rank / this row's bytes per rank"
