@@ -4,6 +4,7 @@
 
 #include <optional>
 
+#include "../kernels/lossless_codec.h"
 #include "collective.h"
 #include "inproc_transport.h"
 #include "torch_c10d_transport.h"
@@ -196,6 +197,36 @@ PYBIND11_MODULE(_C, m) {
         py::arg("seq"), py::arg("timeout_s") = 300.0,
         "Runs the same collective over an in-process transport, one tensor per simulated "
         "rank, in place. Returns each rank's statistics.");
+  m.def(
+      "lossless_stats",
+      [](const at::Tensor& t, int64_t block_bytes) {
+        DQ_CHECK(t.device().is_cpu() && t.is_contiguous(),
+                 "dynamiq.lossless_stats: expected a contiguous CPU tensor");
+        DQ_CHECK(block_bytes >= 1024, "dynamiq.lossless_stats: block_bytes must be >= 1024");
+        const DType dt = to_dtype(t);
+        LosslessStats s;
+        {
+          py::gil_scoped_release nogil;
+          s = lossless_stats(t.data_ptr(), dt, t.numel(), block_bytes);
+        }
+        py::dict d;
+        d["numel"] = s.numel;
+        d["blocks"] = s.blocks;
+        d["raw_bytes"] = s.raw_bytes;
+        d["coded_bytes"] = s.coded_bytes;
+        d["ratio"] = s.ratio;
+        d["exponent_bits"] = s.exponent_bits;
+        d["exponent_entropy"] = s.exponent_entropy;
+        d["block_exponent_entropy"] = s.block_exponent_entropy;
+        py::dict f;
+        const char* names[lossless::kNumFormats] = {"plain", "constant", "zipccl", "huffman"};
+        for (int i = 0; i < lossless::kNumFormats; ++i) f[names[i]] = s.blocks_by_format[i];
+        d["blocks_by_format"] = f;
+        return d;
+      },
+      py::arg("tensor"), py::arg("block_bytes"),
+      "Codes a tensor block by block as lossless mode codes one copy of it; returns the sizes, "
+      "the achieved bits per exponent and the exponent entropies.");
   m.def("built_with_cuda", [] {
 #ifdef DYNAMIQ_WITH_CUDA
     return true;

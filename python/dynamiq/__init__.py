@@ -9,7 +9,7 @@ See README.md for modes, topologies and what has run on which hardware.
 import torch  # noqa: F401  (loads libtorch before the extension)
 
 from . import _C
-from .api import (DynamiqError, MalformedMessage, TransportError, all_reduce, simulate)
+from .api import (DynamiqError, MalformedMessage, TransportError, all_reduce, lossless_stats, simulate)
 from .config import Config, ConfigError
 from .hook import HookState, register
 
@@ -28,5 +28,5 @@ def built_with_cuda() -> bool:
 
 __all__ = [
     "Config", "ConfigError", "DynamiqError", "HookState", "MalformedMessage", "TransportError",
-    "all_reduce", "available_modes", "built_with_cuda", "register", "simulate",
+    "all_reduce", "available_modes", "built_with_cuda", "lossless_stats", "register", "simulate",
 ]

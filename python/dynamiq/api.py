@@ -146,3 +146,21 @@ def simulate(tensors: Sequence[torch.Tensor], config: Optional[Config] = None, o
     stats = _C.simulate([w.view(-1) for w in work], config._to_cpp(), op,
                         DIRECT_SEQ_BASE + int(call_index), float(timeout))
     return (work, stats) if return_stats else work
+
+
+def lossless_stats(tensor: torch.Tensor, block_bytes: int = 1 << 20) -> dict:
+    """How well lossless mode codes `tensor` (float32, bfloat16 or float16, on the CPU).
+
+    Codes one copy of the tensor block by block, as the collective does (blocks of about
+    `block_bytes` raw bytes, the collective's default), and returns: `ratio` = bytes on the
+    wire / raw bytes (headers and tables included), `exponent_bits` = achieved bits per coded
+    exponent, `exponent_entropy` = order-0 entropy of the tensor's exponents (bits; the bound
+    for one table per tensor), `block_exponent_entropy` = mean per-block entropy (the bound for
+    per-block tables), and the number of blocks per exponent format. Nothing is sent.
+    """
+    if not isinstance(tensor, torch.Tensor):
+        raise TypeError(f"dynamiq.lossless_stats: expected a torch.Tensor, got {type(tensor).__name__}")
+    code, msg = check_tensor(tensor)
+    if code:
+        raise DynamiqError(msg)
+    return _C.lossless_stats(tensor.reshape(-1), int(block_bytes))
