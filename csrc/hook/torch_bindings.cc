@@ -219,8 +219,8 @@ PYBIND11_MODULE(_C, m) {
         d["exponent_entropy"] = s.exponent_entropy;
         d["block_exponent_entropy"] = s.block_exponent_entropy;
         py::dict f;
-        const char* names[lossless::kNumFormats] = {"plain", "constant", "zipccl", "huffman"};
-        for (int i = 0; i < lossless::kNumFormats; ++i) f[names[i]] = s.blocks_by_format[i];
+        for (int i = 0; i < lossless::kNumFormats; ++i)
+          f[lossless::exp_format_name(lossless::ExpFormat(i))] = s.blocks_by_format[i];
         d["blocks_by_format"] = f;
         return d;
       },
