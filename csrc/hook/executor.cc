@@ -162,38 +162,34 @@ void execute(Transport& tr, const Codec& codec, const Plan& plan, const BlockTab
     }
     return x;
   };
-  auto kernel_timer = [&](auto&& fn) {
+  auto timed = [](double& total, auto&& fn) {
     auto t0 = Clock::now();
     fn();
-    st.t_kernel += secs(t0, Clock::now());
+    total += secs(t0, Clock::now());
   };
-  auto wait_timer = [&](Request& r) {
-    auto t0 = Clock::now();
-    r.wait();
-    st.t_wait += secs(t0, Clock::now());
-  };
+  auto kernel_timer = [&](auto&& fn) { timed(st.t_kernel, fn); };
+  auto wait_timer = [&](Request& r) { timed(st.t_wait, [&] { r.wait(); }); };
   // Blocks whose bucket memory is being sent without a copy: written only after the send completes.
   std::vector<uint8_t> zero_copy_pending(nb, 0);
   auto post_send = [&](const Op& op, const BufferPool::Ptr& buf) {
     const Block& b = bt.blocks[size_t(op.block)];
     const size_t sb = codec.static_bytes(plan, b);
     DQ_CHECK(buf->size >= sb, "codec produced fewer bytes than its static part");
-    auto t0 = Clock::now();
-    tr.group_start();
-    sends.push_back(PendingSend{tr.isend(buf->data(), sb, op.peer, op.tag), buf, -1});
-    if (buf->size > sb)
-      sends.push_back(PendingSend{
-          tr.isend(buf->data() + sb, buf->size - sb, op.peer, op.tag | kDynamicTagBit), buf, -1});
-    tr.group_end();
-    st.t_post += secs(t0, Clock::now());
+    timed(st.t_post, [&] {
+      tr.group_start();
+      sends.push_back(PendingSend{tr.isend(buf->data(), sb, op.peer, op.tag), buf, -1});
+      if (buf->size > sb)
+        sends.push_back(PendingSend{
+            tr.isend(buf->data() + sb, buf->size - sb, op.peer, op.tag | kDynamicTagBit), buf, -1});
+      tr.group_end();
+    });
     st.bytes_sent += int64_t(buf->size);
     st.messages_sent += 1;
   };
   auto post_send_view = [&](const Op& op, const uint8_t* data) {
     const size_t sb = codec.static_bytes(plan, bt.blocks[size_t(op.block)]);
-    auto t0 = Clock::now();
-    sends.push_back(PendingSend{tr.isend(data, sb, op.peer, op.tag), nullptr, op.block});
-    st.t_post += secs(t0, Clock::now());
+    timed(st.t_post,
+          [&] { sends.push_back(PendingSend{tr.isend(data, sb, op.peer, op.tag), nullptr, op.block}); });
     zero_copy_pending[size_t(op.block)] = 1;
     st.bytes_sent += int64_t(sb);
     st.messages_sent += 1;
@@ -203,23 +199,21 @@ void execute(Transport& tr, const Codec& codec, const Plan& plan, const BlockTab
     if (!zero_copy_pending[size_t(block)]) return;
     for (auto& s : sends)
       if (s.zero_copy_block == block) {
-        auto t0 = Clock::now();
-        s.req->wait();
-        st.t_wait += secs(t0, Clock::now());
+        wait_timer(*s.req);
         s.zero_copy_block = -1;
       }
     zero_copy_pending[size_t(block)] = 0;
   };
   auto reap_sends = [&] {
-    auto t0 = Clock::now();
-    size_t k = 0;
-    for (size_t i = 0; i < sends.size(); ++i) {
-      if (sends[i].req->test()) continue;  // completed: drop request and buffer ref
-      if (k != i) sends[k] = std::move(sends[i]);
-      ++k;
-    }
-    sends.resize(k);
-    st.t_post += secs(t0, Clock::now());
+    timed(st.t_post, [&] {
+      size_t k = 0;
+      for (size_t i = 0; i < sends.size(); ++i) {
+        if (sends[i].req->test()) continue;  // completed: drop request and buffer ref
+        if (k != i) sends[k] = std::move(sends[i]);
+        ++k;
+      }
+      sends.resize(k);
+    });
   };
   auto post_recvs_upto = [&](size_t must_include) {
     // Post receives in program order until the window is full, but always
@@ -242,9 +236,7 @@ void execute(Transport& tr, const Codec& codec, const Plan& plan, const BlockTab
       pr.op = next_recv;
       pr.static_bytes = sb;
       pr.buf = buf;
-      auto t0 = Clock::now();
-      pr.req = tr.irecv(buf->data(), sb, op.peer, op.tag);
-      st.t_post += secs(t0, Clock::now());
+      timed(st.t_post, [&] { pr.req = tr.irecv(buf->data(), sb, op.peer, op.tag); });
       inflight += int64_t(buf->capacity);
       posted.push_back(std::move(pr));
       ++next_recv;
