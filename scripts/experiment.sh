@@ -3,10 +3,10 @@
 # (scripts/setup.sh, plus torchao for the MX reference peer and iperf3 when
 # root), then run. Output: experiments/out/<name>.{json,md,png}.
 #   bash scripts/experiment.sh kernels        # C++ kernel throughput vs memcpy (~3 min)
-#   bash scripts/experiment.sh allreduce      # loopback all-reduce, 2 and 4 ranks (~10 min)
+#   bash scripts/experiment.sh allreduce      # loopback all-reduce, 2 and 4 ranks (~8 min)
 #   bash scripts/experiment.sh netbed         # emulated cluster, 1 and 10 Gbit/s, 2 and 4 ranks (root, ~10 min)
 #   bash scripts/experiment.sh vnmse          # the paper's error tables on real gradients (~10 min)
-#   bash scripts/experiment.sh topology       # vNMSE against world size 2..64 (~8 min)
+#   bash scripts/experiment.sh topology       # vNMSE against world size 2..64 (~10 min)
 #   bash scripts/experiment.sh train          # time to accuracy, 4 ranks at 1 Gbit/s (root, ~25 min)
 # Extra arguments go to the experiment's script.
 set -euo pipefail
@@ -24,25 +24,45 @@ case "$what" in
     build/bench/bench_kernels "$@" | tee experiments/out/kernels.txt
     build/bench/bench_lossless | tee experiments/out/lossless_kernels.txt
     build/bench/bench_bitsplit | tee experiments/out/bitsplit_kernels.txt ;;
-  allreduce)
-    $PY experiments/bench_allreduce.py --worlds 2 4 --sizes-mb 1 16 64 \
-      --methods gloo fp16 none:ring none:butterfly dynamiq:ring:5 dynamiq:butterfly:5 lossless:ring bitsplit:twostep:4 \
+  allreduce)  # experiments/results/allreduce_loopback.md
+    $PY experiments/bench_allreduce.py --worlds 2 4 --sizes-mb 1 16 64 256 --repeats 5 \
+      --methods gloo fp16 none:ring none:butterfly dynamiq:ring:3 dynamiq:ring:4 dynamiq:ring:5 dynamiq:ring:6 \
+        dynamiq:butterfly:3 dynamiq:butterfly:4 dynamiq:butterfly:5 dynamiq:butterfly:6 lossless:ring bitsplit:twostep:4 \
       --out experiments/out/bench_allreduce_loopback.json "$@" ;;
-  netbed)
+  netbed)  # experiments/results/allreduce_netbed.md
     [ "$(id -u)" -eq 0 ] || { echo "netbed needs root (network namespaces); try 'allreduce' for loopback"; exit 2; }
     command -v iperf3 >/dev/null || apt-get install -y --no-install-recommends iperf3 >/dev/null 2>&1 || true
-    for rate in 1gbit 10gbit; do
-      $PY experiments/bench_allreduce.py --netbed $rate --worlds 2 4 --sizes-mb 4 64 256 --repeats 5 \
-        --methods gloo fp16 ddp:allreduce ddp:fp16 ddp:powersgd1 ddp:powersgd4 none:ring \
-          dynamiq:ring:3 dynamiq:ring:4 dynamiq:ring:5 dynamiq:ring:6 dynamiq:butterfly:3 dynamiq:butterfly:4 \
-          dynamiq:butterfly:5 dynamiq:butterfly:6 lossless:ring bitsplit:twostep:8 bitsplit:twostep:4 bitsplit:twostep:2 \
-        --out experiments/out/bench_allreduce_netbed_$rate.json "$@"
-    done ;;
-  vnmse)
+    B="$PY experiments/bench_allreduce.py --netbed"
+    $B 1gbit --worlds 2 4 --sizes-mb 4 64 --repeats 5 \
+      --methods gloo fp16 ddp:allreduce ddp:fp16 ddp:powersgd1 ddp:powersgd4 ddp:dynamiq5 none:ring \
+        dynamiq:ring:3 dynamiq:ring:4 dynamiq:ring:5 dynamiq:ring:6 dynamiq:butterfly:3 dynamiq:butterfly:4 \
+        dynamiq:butterfly:5 dynamiq:butterfly:6 lossless:ring bitsplit:twostep:8 bitsplit:twostep:4 bitsplit:twostep:2 \
+      --out experiments/out/bench_allreduce_netbed_1gbit.json "$@"
+    $B 1gbit --worlds 4 --sizes-mb 16 256 --repeats 3 \
+      --methods gloo fp16 dynamiq:ring:5@256k dynamiq:ring:5 dynamiq:ring:5@4m dynamiq:butterfly:5 lossless:ring bitsplit:twostep:4 \
+      --out experiments/out/bench_allreduce_netbed_1gbit_sizes.json "$@"
+    $B 1gbit --dtype bfloat16 --worlds 2 4 --sizes-mb 64 --repeats 5 \
+      --methods gloo fp16 none:ring dynamiq:ring:5 dynamiq:butterfly:5 lossless:ring bitsplit:twostep:4 \
+      --out experiments/out/bench_allreduce_netbed_1gbit_bf16.json "$@"
+    $B 1gbit --worlds 8 --sizes-mb 64 --repeats 3 \
+      --methods gloo fp16 dynamiq:ring:5 dynamiq:butterfly:5 bitsplit:twostep:4 lossless:ring \
+      --out experiments/out/bench_allreduce_netbed_1gbit_w8.json "$@"
+    $B 10gbit --worlds 2 4 --sizes-mb 64 --repeats 5 \
+      --methods gloo fp16 ddp:powersgd4 ddp:dynamiq5 none:ring dynamiq:ring:3 dynamiq:ring:5 dynamiq:butterfly:5 \
+        lossless:ring bitsplit:twostep:8 bitsplit:twostep:4 \
+      --out experiments/out/bench_allreduce_netbed_10gbit.json "$@" ;;
+  vnmse)  # experiments/results/vnmse.md, and lossless per tensor (results/lossless.md)
     $PY -c "import torchao" 2>/dev/null || $PY -m pip install -q --no-deps torchao
-    $PY experiments/vnmse.py "$@" ;;
-  topology)
-    $PY experiments/topology.py "$@" ;;
+    $PY experiments/vnmse.py "$@"
+    $PY experiments/lossless_tensors.py ;;
+  topology)  # experiments/results/topology.md
+    $PY experiments/topology.py "$@"
+    $PY experiments/topology.py --data identical \
+      --rows dynamiq:5:correlated dynamiq:5:independent bitsplit:4 bitsplit:8 \
+      --out experiments/out/topology_identical.json "$@"
+    $PY experiments/topology.py --data heavy \
+      --rows dynamiq:5:correlated dynamiq:5:independent dynamiq:3:correlated bitsplit:4 bitsplit:8 \
+      --out experiments/out/topology_heavy.json "$@" ;;
   train)
     [ "$(id -u)" -eq 0 ] || { echo "train runs in the netbed and needs root; add --loopback to run unshaped"; }
     $PY experiments/train.py "$@" ;;
