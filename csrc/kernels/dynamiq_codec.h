@@ -67,6 +67,21 @@ struct DynamiqParams {
 class DynamiqTables {
  public:
   explicit DynamiqTables(const DynamiqParams& p);
+  // view_ points into image_: a copy must point into its own image (a moved
+  // vector keeps its buffer, so moves need nothing).
+  DynamiqTables(const DynamiqTables& o)
+      : image_(o.image_), offsets_(o.offsets_), view_(rebased(image_.data())) {
+    for (int wi = 0; wi < 4; ++wi) {
+      cell_pair_[wi] = o.cell_pair_[wi];
+      level_pair_[wi] = o.level_pair_[wi];
+    }
+  }
+  DynamiqTables& operator=(const DynamiqTables& o) {
+    if (this != &o) *this = DynamiqTables(o);
+    return *this;
+  }
+  DynamiqTables(DynamiqTables&&) = default;
+  DynamiqTables& operator=(DynamiqTables&&) = default;
   const DqTables& view() const { return view_; }
   // The levels of width b in double precision, as the formula gives them
   // (before rounding to float); for tests and experiments.

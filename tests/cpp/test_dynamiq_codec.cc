@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <numeric>
 
 #include "kernels/dynamiq_codec.h"
@@ -657,6 +658,43 @@ TEST(DynamiqCodec, NearestRoundingIsDeterministicAndWithinHalfAGap) {
         ASSERT_LE(std::fabs(double(d[i]) - x[i]), D / 2 * sc * (1 + 1e-5) + 1e-30) << "width " << b << " i=" << i;
     }
   }
+}
+
+}  // namespace
+}  // namespace dynamiq
+
+namespace dynamiq {
+namespace {
+
+// DynamiqTables' view points into its own byte image: a copy (and a
+// copy-assignment) must point into the copy's image and stay valid after the
+// original is gone (ASan catches a dangling view in the sanitizer build).
+TEST(DynamiqTables, CopiesPointIntoTheirOwnImage) {
+  DynamiqParams prm;
+  prm.eps[3] = 0.1f;  // not the default, so a copy of a default-built table could not pass
+  const DynamiqTables ref(prm);
+  auto check = [&](const DynamiqTables& t) {
+    const uint8_t* lo = t.image().data();
+    const uint8_t* hi = lo + t.image().size();
+    for (int wi = 0; wi < 4; ++wi) {
+      const DqLevels& a = t.view().lv[wi];
+      const DqLevels& b = ref.view().lv[wi];
+      ASSERT_EQ(a.m, b.m);
+      for (const void* p : {static_cast<const void*>(a.level), static_cast<const void*>(a.decode)}) {
+        const uint8_t* q = static_cast<const uint8_t*>(p);
+        EXPECT_TRUE(q >= lo && q < hi) << "width index " << wi;
+      }
+      for (int j = 0; j <= a.m; ++j) EXPECT_EQ(a.level[j], b.level[j]);
+      for (int c = 0; c < (1 << a.width) && a.width > 1; ++c) EXPECT_EQ(a.decode[c], b.decode[c]);
+    }
+  };
+  auto original = std::make_unique<DynamiqTables>(prm);
+  DynamiqTables copy(*original);
+  DynamiqTables assigned(DynamiqParams{});
+  assigned = *original;
+  original.reset();
+  check(copy);
+  check(assigned);
 }
 
 }  // namespace
