@@ -39,6 +39,10 @@ sys.path.insert(0, HERE)
 import benchlib  # noqa: E402
 
 
+def dtype_size(name: str) -> int:
+    return torch.empty(0, dtype=getattr(torch, name)).element_size()
+
+
 # ---- methods --------------------------------------------------------------------------
 def collective_runner(method: str, x: torch.Tensor, world: int):
     """A callable that all-reduces x (mean) in place and returns the bytes this rank sent, if known."""
@@ -152,7 +156,7 @@ def rank_main(rank: int, world: int, args, init_method: str, out_path: str) -> N
                             timeout=timedelta(seconds=args.pg_timeout))
     rows = []
     dtype = getattr(torch, args.dtype)
-    esize = torch.empty(0, dtype=dtype).element_size()
+    esize = dtype_size(args.dtype)
     for mb in args.sizes_mb:
         numel = int(mb * (1 << 20)) // esize
         g = torch.Generator().manual_seed(rank)
@@ -241,7 +245,7 @@ def report(rows: list, args, rate_bps: float) -> str:
         if sent is None and r["method"] in ("gloo", "ddp:allreduce"):
             sent = gloo_bytes
         elif sent is None and r["method"] in ("fp16", "ddp:fp16"):  # 2 bytes per element on the wire
-            sent = gloo_bytes * 2 / torch.empty(0, dtype=getattr(torch, r.get("dtype", "float32"))).element_size()
+            sent = gloo_bytes * 2 / dtype_size(r.get("dtype", "float32"))
         cells += [f"{r['median'] * 1e3:.1f}", f"{r['spread'] * 100:.0f}%", f"{r['algbw'] / 1e9:.3f}",
                   f"{r['busbw'] / 1e9:.3f}", benchlib.fmt_bytes(sent) if sent else "?",
                   f"{b['median'] / r['median']:.2f}x" if b else "-",

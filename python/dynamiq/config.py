@@ -136,13 +136,15 @@ class Config:
             if len(eps) != 4 or any(not (e > 0 or e == -1) for e in eps):
                 raise _err("eps", self.eps, "four positive numbers (for widths 1, 2, 4, 8), -1 for the default")
             object.__setattr__(self, "eps", eps)
-        for name, lo, hi in (("block_bytes", 1024, 1 << 30), ("min_compress_numel", 0, 1 << 40),
-                             ("window_bytes", 1024, 1 << 34)):
+        def is_int(v):
+            return isinstance(v, int) and not isinstance(v, bool)
+
+        if not (is_int(self.block_bytes) and (self.block_bytes == 0 or 1024 <= self.block_bytes <= 1 << 30)):
+            raise _err("block_bytes", self.block_bytes, "0 (per-path default) or an integer in [1024, 1073741824]")
+        for name, lo, hi in (("min_compress_numel", 0, 1 << 40), ("window_bytes", 1024, 1 << 34)):
             v = getattr(self, name)
-            if name == "block_bytes" and v == 0 and not isinstance(v, bool):
-                continue  # per-path default
-            if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
-                raise _err(name, v, f"an integer in [{lo}, {hi}]" + (" or 0 (per-path default)" if name == "block_bytes" else ""))
+            if not (is_int(v) and lo <= v <= hi):
+                raise _err(name, v, f"an integer in [{lo}, {hi}]")
 
     # -- derived --------------------------------------------------------------
     @property

@@ -111,6 +111,12 @@ def test_config_validation_names_field():
         dynamiq.Config(widths=(3,))
     with pytest.raises(dynamiq.ConfigError, match="rounding"):
         dynamiq.Config(mode="lossless", rounding="nearest")
+    for bad in (1023, -1, True, 1.5, (1 << 30) + 1):  # 0 = per-path default; else [1 KiB, 1 GiB]
+        with pytest.raises(dynamiq.ConfigError, match="block_bytes"):
+            dynamiq.Config(block_bytes=bad)
+    assert dynamiq.Config().block_bytes == 0 and dynamiq.Config(block_bytes=1024).block_bytes == 1024
+    with pytest.raises(dynamiq.ConfigError, match="window_bytes"):
+        dynamiq.Config(window_bytes=True)
     c = dynamiq.Config(mode="none", seed=7, topology="butterfly")
     assert dynamiq.Config.from_json(c.to_json()) == c
 
