@@ -308,6 +308,27 @@ inline void fill_words(const RngKey& key, uint64_t base, uint32_t purpose, uint3
   }
 }
 
+// w[0, S/2) holds 32-bit words; afterwards w[k] = dq_u16_word(low half of
+// word k) and w[k + S/2] = dq_u16_word(high half of word k), k < S/2.
+inline void expand_u16_words(int S, uint32_t* __restrict w) {
+  const int h = S / 2;
+  int k = 0;
+#if defined(__AVX2__)
+  const __m256i mid = _mm256_set1_epi32(0x8000), himask = _mm256_set1_epi32(int(0xffff0000u));
+  for (; k + 8 <= h; k += 8) {
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + k));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(w + k + h),
+                        _mm256_or_si256(_mm256_and_si256(v, himask), mid));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(w + k), _mm256_or_si256(_mm256_slli_epi32(v, 16), mid));
+  }
+#endif
+  for (; k < h; ++k) {
+    const uint32_t v = w[k];
+    w[k + h] = dq_u16_word(v >> 16);
+    w[k] = dq_u16_word(v & 0xffffu);
+  }
+}
+
 inline void put_bf16(uint8_t* p, uint16_t h) {
   p[0] = uint8_t(h);
   p[1] = uint8_t(h >> 8);
@@ -818,7 +839,10 @@ void encode_sg(const Ctx& cx, const DqRounding& rd, int64_t src, Work& ws, uint8
     const bool fast = false;
 #endif
     if (rd.stochastic) {
-      fill_words(rd.key, uint64_t(src) * uint64_t(S / 4), kPurposeValue, rd.rank, S, w);
+      // S/8 Philox calls give S/2 words; each word's low half rounds element
+      // k < S/2 and its high half element k + S/2 (dq_value_word)
+      fill_words(rd.key, uint64_t(src) * uint64_t(S / 8), kPurposeValue, rd.rank, S / 2, w);
+      expand_u16_words(S, w);
     } else if (!fast) {
       for (int i = 0; i < S; ++i) w[i] = 0;
     }

@@ -32,10 +32,12 @@
 // decoders check only the size (check_message_size).
 //
 // RANDOMNESS (philox.h, key = RngCtx.key from (seed, collective sequence)):
-// element i of source SG src rounds with word i / (S/4) of the Philox call
-// with counter (src*S/4 + i%(S/4), kPurposeValue, rank, 0); its shared
-// permutation word (correlated rounding) is the same word with purpose
-// kPurposePermutation and rank word 0; stochastic group scale k (when enabled)
+// element i of source SG src rounds with a 16-bit uniform: the low (i < S/2)
+// or high (i >= S/2) half of word (i / (S/8)) % 4 of the Philox call with
+// call src*S/8 + i%(S/8) (counter: call's low word, kPurposeValue, rank, call's high word);
+// its shared permutation word (correlated rounding) is the whole 32-bit word
+// i / (S/4) of call src*S/4 + i%(S/4) with purpose kPurposePermutation and rank
+// word 0 (dynamiq_math.h: dq_value_word, dq_word32); stochastic group scale k (when enabled)
 // uses word k%4 of counter (src*ceil(G/4) + k/4, kPurposeGroupScale, rank, 0).
 // A rank compresses each coordinate at most once per collective, so every
 // draw is used once.

@@ -27,6 +27,15 @@
 // by (pi + gamma) < p * n, i.e. u = (pi + gamma)/n < p, with gamma a private
 // uniform and pi the shared stratum (permutation.h); independent rounding is
 // the case n = 1, pi = 0. Negative values use 1 - u (see dq_round_up).
+// gamma is a 16-bit uniform at the cell midpoints, (h + 1/2) / 2^16 with h
+// uniform in [0, 2^16) (two per Philox word: half the generator cost of one
+// word per element). Independent rounding: P(up) = round(p * 2^16) / 2^16, so
+// the rounding is unbiased up to |P(up) - p| <= 2^-17 of a level gap; with n
+// strata only the stratum floor(p n) is fractional and the bound is 2^-17 / n
+// (n <= 128; up to n = 256 the midpoint bit does not fit: 2^-16 / n; beyond,
+// gamma keeps 24 - ceil(log2 n) bits), plus the float rounding of p * n
+// (2^(ceil(log2 n) - 25) / n, as before). Tested by enumeration
+// (DynamiqRounding.SixteenBitUniformsAreUnbiasedTo2PowMinus17).
 //
 // Group scales, two unbiased variants (DynamiqParams::stochastic_group_scales):
 //   stochastic (paper): r_k = floor(255 g_k/Msg) + Bernoulli(frac), norm_k = g_k,
@@ -86,7 +95,9 @@ struct DqRounding {
   float gscale = 1.0f / 16777216.0f;
 };
 
-// gamma keeps 24 - ceil(log2 n) bits so that pi + gamma is exact in float and < pi + 1.
+// gamma keeps at most 24 - ceil(log2 n) bits of the rounding word w so that
+// pi + gamma is exact in float and < pi + 1. w = dq_u16_word(h) carries 17
+// significant bits (h and the midpoint bit): all kept for n <= 128.
 inline DqRounding make_rounding(const RngKey& key, int rank, int world, bool correlated,
                                 bool stochastic, const PermParams& perm) {
   DqRounding r;
@@ -106,19 +117,37 @@ inline DqRounding make_rounding(const RngKey& key, int rank, int world, bool cor
 }
 
 // ---- random words -----------------------------------------------------------------
-// Element i of source SG `src` (S values) takes word (i / (S/4)) of Philox call
-// src*(S/4) + i % (S/4); group k takes word k % 4 of call src*ceil(G/4) + k/4.
 // Counter = (call low 32 bits, purpose, rank or 0 for shared, call high 32 bits).
+// 32-bit words (the shared permutation word of element i, dq_word32): element i
+// of source SG `src` (S values) takes word i / (S/4) of call src*(S/4) + i % (S/4).
+// 16-bit value uniforms (private, dq_value_word): element i takes call
+// src*(S/8) + i % (S/8), word (i / (S/8)) % 4, the low half for i < S/2 and the
+// high half for i >= S/2. Group k's scale word: word k % 4 of call
+// src*ceil(G/4) + k/4.
 
 DQ_HD Philox4x32 dq_draw(const RngKey& key, uint64_t call, uint32_t purpose, uint32_t who) {
   return philox4x32_10(uint32_t(call), purpose, who, uint32_t(call >> 32), key.k0, key.k1);
 }
 
-DQ_HD uint32_t dq_value_word(const RngKey& key, uint32_t purpose, uint32_t who, int64_t src,
-                             int32_t S, int32_t i) {
+DQ_HD uint32_t dq_word32(const RngKey& key, uint32_t purpose, uint32_t who, int64_t src, int32_t S,
+                         int32_t i) {
   const int32_t q = S / 4;
   const Philox4x32 r = dq_draw(key, uint64_t(src) * uint64_t(q) + uint64_t(i % q), purpose, who);
   return r.v[i / q];
+}
+
+// A 16-bit uniform h as the rounding word dq_round_up reads: (h << 16) | 0x8000
+// (the set bit below h puts gamma at the midpoint of h's cell).
+DQ_HD uint32_t dq_u16_word(uint32_t h16) { return (h16 << 16) | 0x8000u; }
+
+// The rounding word of element i (S a multiple of 8).
+DQ_HD uint32_t dq_value_word(const RngKey& key, uint32_t purpose, uint32_t who, int64_t src,
+                             int32_t S, int32_t i) {
+  const int32_t q = S / 8;
+  const int32_t sub = i / q;  // 0..7
+  const Philox4x32 r = dq_draw(key, uint64_t(src) * uint64_t(q) + uint64_t(i % q), purpose, who);
+  const uint32_t v = r.v[sub & 3];
+  return dq_u16_word(sub < 4 ? (v & 0xffffu) : (v >> 16));
 }
 
 DQ_HD uint32_t dq_group_word(const RngKey& key, uint32_t who, int64_t src, int32_t G, int32_t k) {
@@ -131,7 +160,7 @@ DQ_HD uint32_t dq_group_word(const RngKey& key, uint32_t who, int64_t src, int32
 // The stratum of this rank for element i (0 when not correlated), as a float.
 DQ_HD float dq_stratum(const DqRounding& rd, int64_t src, int32_t S, int32_t i) {
   if (!rd.correlated) return 0.0f;
-  return float(perm_eval(rd.perm, dq_value_word(rd.key, kPurposePermutation, 0, src, S, i)));
+  return float(perm_eval(rd.perm, dq_word32(rd.key, kPurposePermutation, 0, src, S, i)));
 }
 
 // Magnitude rounds up iff u < p, u = (pi + gamma)/n, evaluated as
