@@ -1,6 +1,8 @@
 #include "dynamiq_codec.h"
 
 #include <algorithm>
+#include <atomic>
+#include <cstdlib>
 #include <cmath>
 #include <cstring>
 
@@ -8,6 +10,16 @@
 
 #if defined(__AVX2__)
 #include <immintrin.h>
+#endif
+
+// AVX-512 kernels (F, BW, DQ, VL) next to the AVX2 ones, chosen at run time:
+// gcc/clang on x86-64 compile them with a target attribute, so the library
+// still runs on AVX2-only machines. Every AVX-512 path is bit-identical to
+// its AVX2 twin and to the shared math (tests/cpp/test_dynamiq_fastpath.cc
+// runs under both ISAs).
+#if defined(__AVX2__) && defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define DQ_HAVE_AVX512 1
+#define DQ_AVX512_FN __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl")))
 #endif
 
 namespace dynamiq {
@@ -221,6 +233,54 @@ DqRounding make_dynamiq_rounding(const RngCtx& rng) {
 
 namespace {
 
+// -1: not decided yet; 0: AVX2 (or portable); 1: AVX-512.
+std::atomic<int> g_isa{-1};
+
+int detect_isa() {
+#if defined(DQ_HAVE_AVX512)
+  const char* e = std::getenv("DYNAMIQ_CPU_ISA");
+  if (e && std::string(e) == "avx2") return 0;
+  __builtin_cpu_init();
+  return (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+          __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl"))
+             ? 1
+             : 0;
+#else
+  return 0;
+#endif
+}
+
+inline bool cpu_avx512() {
+  int v = g_isa.load(std::memory_order_relaxed);
+  if (v < 0) {
+    v = detect_isa();
+    g_isa.store(v, std::memory_order_relaxed);
+  }
+  return v == 1;
+}
+
+}  // namespace
+
+std::string dynamiq_cpu_isa() { return cpu_avx512() ? "avx512" : "avx2"; }
+
+std::string dynamiq_set_cpu_isa(const std::string& isa) {
+  const std::string before = dynamiq_cpu_isa();
+  if (isa == "avx2") {
+    g_isa.store(0);
+  } else if (isa == "avx512") {
+    g_isa.store(-1);
+    DQ_CHECK(detect_isa() == 1, "dynamiq_set_cpu_isa: this CPU or build has no AVX-512 (F/BW/DQ/VL)");
+    g_isa.store(1);
+  } else if (isa == "auto") {
+    g_isa.store(-1);
+  } else {
+    throw Error("dynamiq_set_cpu_isa: isa must be avx2, avx512 or auto (got " + isa + ")");
+  }
+  return before;
+}
+
+namespace {
+
 // Per-call scratch: one super-group's worth of everything (stays in L1/L2).
 struct Work {
   std::vector<float> tile, gmax, scale_e, inv_e, pi, ginv;
@@ -285,6 +345,57 @@ inline void philox_x32_avx2(uint32_t lo, uint32_t c1, uint32_t c2, uint32_t hi, 
 }
 #endif
 
+#if defined(DQ_HAVE_AVX512)
+// The same 32 counters per iteration on 16 lanes x 2 interleaved registers:
+// the 64-bit products' halves are regrouped with one vpermt2d each and the
+// two XORs of a round are one vpternlogd. Bit-identical to philox4x32_10
+// (tested against the scalar code and the AVX2 path).
+DQ_AVX512_FN void philox_x32_avx512(uint32_t lo, uint32_t c1, uint32_t c2, uint32_t hi, uint32_t k0,
+                                    uint32_t k1, int q, uint32_t* __restrict w) {
+  constexpr int NB = 2;
+  const __m512i M0 = _mm512_set1_epi64(0xD2511F53u), M1 = _mm512_set1_epi64(0xCD9E8D57u);
+  const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  // dword k of (even products, odd products): hi halves and lo halves back in lane order
+  const __m512i take_hi = _mm512_setr_epi32(1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31);
+  const __m512i take_lo = _mm512_setr_epi32(0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30);
+  for (int k16 = 0; k16 < q; k16 += 16 * NB) {
+    __m512i a0[NB], a1[NB], a2[NB], a3[NB];
+    for (int b = 0; b < NB; ++b) {
+      a0[b] = _mm512_add_epi32(_mm512_set1_epi32(int(lo + uint32_t(k16 + 16 * b))), lane);
+      a1[b] = _mm512_set1_epi32(int(c1));
+      a2[b] = _mm512_set1_epi32(int(c2));
+      a3[b] = _mm512_set1_epi32(int(hi));
+    }
+    uint32_t kk0 = k0, kk1 = k1;
+    for (int r = 0; r < 10; ++r) {
+      const __m512i K0 = _mm512_set1_epi32(int(kk0)), K1 = _mm512_set1_epi32(int(kk1));
+      for (int b = 0; b < NB; ++b) {
+        const __m512i pe0 = _mm512_mul_epu32(a0[b], M0);
+        const __m512i po0 = _mm512_mul_epu32(_mm512_srli_epi64(a0[b], 32), M0);
+        const __m512i pe1 = _mm512_mul_epu32(a2[b], M1);
+        const __m512i po1 = _mm512_mul_epu32(_mm512_srli_epi64(a2[b], 32), M1);
+        const __m512i hi0 = _mm512_permutex2var_epi32(pe0, take_hi, po0);
+        const __m512i lo0 = _mm512_permutex2var_epi32(pe0, take_lo, po0);
+        const __m512i hi1 = _mm512_permutex2var_epi32(pe1, take_hi, po1);
+        const __m512i lo1 = _mm512_permutex2var_epi32(pe1, take_lo, po1);
+        a0[b] = _mm512_ternarylogic_epi32(hi1, a1[b], K0, 0x96);  // hi1 ^ c1 ^ k0
+        a2[b] = _mm512_ternarylogic_epi32(hi0, a3[b], K1, 0x96);  // hi0 ^ c3 ^ k1
+        a1[b] = lo1;
+        a3[b] = lo0;
+      }
+      kk0 += 0x9E3779B9u;
+      kk1 += 0xBB67AE85u;
+    }
+    for (int b = 0; b < NB; ++b) {
+      _mm512_storeu_si512(w + k16 + 16 * b, a0[b]);
+      _mm512_storeu_si512(w + k16 + 16 * b + q, a1[b]);
+      _mm512_storeu_si512(w + k16 + 16 * b + 2 * q, a2[b]);
+      _mm512_storeu_si512(w + k16 + 16 * b + 3 * q, a3[b]);
+    }
+  }
+}
+#endif
+
 // words[k + j*(S/4)] = word j of call base + k, k < S/4.
 inline void fill_words(const RngKey& key, uint64_t base, uint32_t purpose, uint32_t who, int S,
                        uint32_t* __restrict words) {
@@ -292,6 +403,12 @@ inline void fill_words(const RngKey& key, uint64_t base, uint32_t purpose, uint3
   const uint32_t hi = uint32_t(base >> 32);
   const uint32_t lo = uint32_t(base);
   const bool no_wrap = uint64_t(lo) + uint64_t(q) <= (uint64_t(1) << 32);
+#if defined(DQ_HAVE_AVX512)
+  if (no_wrap && q % 32 == 0 && cpu_avx512()) {
+    philox_x32_avx512(lo, purpose, who, hi, key.k0, key.k1, q, words);
+    return;
+  }
+#endif
 #if defined(__AVX2__)
   if (no_wrap && q % 32 == 0) {
     philox_x32_avx2(lo, purpose, who, hi, key.k0, key.k1, q, words);
@@ -563,6 +680,139 @@ void encode_values_avx2(const DqLevels& lv, const uint64_t* __restrict cellp,
     const __m256i cd = _mm256_packus_epi32(acc[2], acc[3]);
     const __m256i bytes = _mm256_permutevar8x32_epi32(_mm256_packus_epi16(ab, cd), order);
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + kb), bytes);
+  }
+}
+#endif
+
+#if defined(DQ_HAVE_AVX512)
+// tab[idx] for 16 indices of a table of (first, second) 32-bit pairs: two
+// 8 x 64-bit gathers, regrouped into firsts and seconds with one vpermt2d each.
+DQ_AVX512_FN inline void gather_pairs16(const uint64_t* tab, __m512i idx, __m512i& first,
+                                        __m512i& second) {
+  const long long* t = reinterpret_cast<const long long*>(tab);
+  const __m512i a = _mm512_i32gather_epi64(_mm512_castsi512_si256(idx), t, 8);
+  const __m512i b = _mm512_i32gather_epi64(_mm512_extracti64x4_epi64(idx, 1), t, 8);
+  first = _mm512_permutex2var_epi32(
+      a, _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30), b);
+  second = _mm512_permutex2var_epi32(
+      a, _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31), b);
+}
+
+// encode_values_avx2 on 16 lanes with mask registers, for nb = S*B/8 a
+// multiple of 16: each iteration makes 16 code bytes from P = 8/B vectors.
+template <int B>
+DQ_AVX512_FN void encode_values_avx512(const DqLevels& lv, const uint64_t* __restrict cellp,
+                                       const uint64_t* __restrict levp, const DqRounding& rd, int S,
+                                       const float* __restrict t, const float* __restrict inv_e,
+                                       const float* __restrict pi, const uint32_t* __restrict w,
+                                       uint8_t* __restrict out) {
+  constexpr int P = 8 / B;
+  const int nb = S / P;
+  const __m512i absmask = _mm512_set1_epi32(0x7fffffff);
+  const __m512i one_bits = _mm512_set1_epi32(0x3f800000);
+  const __m512i one = _mm512_set1_epi32(1);
+  const __m512 zero = _mm512_setzero_ps();
+  const __m512 nf = _mm512_set1_ps(rd.nf);
+  const __m512 gscale = _mm512_set1_ps(rd.gscale);
+  const __m512 half = _mm512_set1_ps(0.5f);
+  const __m128i gshift = _mm_cvtsi32_si128(int(rd.gshift));
+  const bool stoch = rd.stochastic;
+  const __m512i signbit = _mm512_set1_epi32(1 << (B - 1));
+  __m512 lv16 = zero, ig16 = zero;
+  __m512i lb[6];
+  if constexpr (B == 4) {
+    alignas(64) float l[16] = {0}, g[16] = {0};
+    for (int k = 0; k <= lv.m; ++k) l[k] = lv.level[k];
+    for (int k = 0; k < lv.m; ++k) g[k] = lv.invgap[k];
+    lv16 = _mm512_load_ps(l);
+    ig16 = _mm512_load_ps(g);
+    for (int k = 1; k < 7; ++k) lb[k - 1] = _mm512_set1_epi32(int32_t(f32_bits(lv.level[k])));
+  }
+  const __m512i cbase = _mm512_set1_epi32(int32_t(lv.cell_base));
+  const __m128i cshift = _mm_cvtsi32_si128(lv.cell_shift);
+  const __m512i clast = _mm512_set1_epi32(lv.ncells - 1);
+  const __m512i mm1 = _mm512_set1_epi32(lv.m - 1);
+
+  auto code16 = [&](int i) DQ_AVX512_FN -> __m512i {
+    const __m512 x = _mm512_loadu_ps(t + i);
+    const __mmask16 negm = _mm512_cmp_ps_mask(x, zero, _CMP_LT_OQ);  // dq_sign
+    const __m512 ax = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(x), absmask));
+    const __m512i ab =
+        _mm512_min_epu32(_mm512_castps_si512(_mm512_mul_ps(ax, _mm512_loadu_ps(inv_e + i))), one_bits);
+    const __m512 a = _mm512_castsi512_ps(ab);
+    __m512i j;
+    __m512 p;
+    if constexpr (B == 2) {
+      j = _mm512_setzero_si512();
+      p = a;
+    } else if constexpr (B == 4) {
+      j = _mm512_setzero_si512();
+      for (int k = 0; k < 6; ++k)  // ab >= level[k+1] bits (signed compare, as dq_bracket)
+        j = _mm512_mask_add_epi32(j, _mm512_cmpge_epi32_mask(ab, lb[k]), j, one);
+      p = _mm512_mul_ps(_mm512_sub_ps(a, _mm512_permutexvar_ps(j, lv16)), _mm512_permutexvar_ps(j, ig16));
+    } else {
+      __m512i c = _mm512_sra_epi32(_mm512_sub_epi32(ab, cbase), cshift);
+      c = _mm512_max_epi32(c, _mm512_setzero_si512());
+      c = _mm512_min_epi32(c, clast);
+      __m512i next, lj, gj;
+      gather_pairs16(cellp, c, j, next);  // j = cell[c], next = level[j + 1]
+      const __mmask16 step = _mm512_cmpge_epi32_mask(ab, next) & _mm512_cmpgt_epi32_mask(mm1, j);
+      j = _mm512_mask_add_epi32(j, step, j, one);
+      gather_pairs16(levp, j, lj, gj);  // level[j], invgap[j]
+      p = _mm512_mul_ps(_mm512_sub_ps(a, _mm512_castsi512_ps(lj)), _mm512_castsi512_ps(gj));
+    }
+    // dq_round_up
+    __m512 gam = half;
+    if (stoch) {
+      const __m512i wv = _mm512_loadu_si512(w + i);
+      gam = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srl_epi32(wv, gshift)), gscale);
+    }
+    const __m512 v = pi ? _mm512_add_ps(_mm512_loadu_ps(pi + i), gam) : _mm512_add_ps(zero, gam);
+    const __m512 vn = _mm512_sub_ps(nf, v);
+    const __m512 pn = _mm512_mul_ps(p, nf);
+    const __mmask16 up = (_mm512_cmp_ps_mask(v, pn, _CMP_LT_OQ) & __mmask16(~negm)) |
+                         (_mm512_cmp_ps_mask(vn, pn, _CMP_LT_OQ) & negm);
+    j = _mm512_mask_add_epi32(j, up, j, one);
+    return _mm512_mask_or_epi32(j, negm, j, signbit);
+  };
+
+  for (int k = 0; k < nb; k += 16) {
+    __m512i c = code16(k);
+    for (int jp = 1; jp < P; ++jp) c = _mm512_or_si512(c, _mm512_slli_epi32(code16(k + jp * nb), jp * B));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + k), _mm512_cvtepi32_epi8(c));
+  }
+}
+
+// decode_values_avx2 on 16 lanes (nb a multiple of 16).
+template <int B>
+DQ_AVX512_FN void decode_values_avx512(const float* __restrict dec, const uint8_t* __restrict codes,
+                                       int S, const float* __restrict sc,
+                                       const float* __restrict base, float* __restrict tile) {
+  constexpr int P = 8 / B;
+  const int nb = S / P;
+  const __m512i mask = _mm512_set1_epi32((1 << B) - 1);
+  __m512 t0 = _mm512_setzero_ps();
+  if constexpr (B == 2) {
+    t0 = _mm512_setr_ps(dec[0], dec[1], dec[2], dec[3], 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
+  } else if constexpr (B == 4) {
+    t0 = _mm512_loadu_ps(dec);
+  }
+  for (int k = 0; k < nb; k += 16) {
+    const __m512i bytes = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + k)));
+    for (int j = 0; j < P; ++j) {
+      const int i = k + j * nb;
+      const __m512i c = _mm512_and_si512(_mm512_srli_epi32(bytes, j * B), mask);
+      __m512 d;
+      if constexpr (B == 2 || B == 4)
+        d = _mm512_permutexvar_ps(c, t0);
+      else
+        d = _mm512_i32gather_ps(c, dec, 4);
+      const __m512 s16 = _mm512_loadu_ps(sc + i);
+      if (base)
+        _mm512_storeu_ps(tile + i, _mm512_fmadd_ps(d, s16, _mm512_loadu_ps(base + i)));
+      else
+        _mm512_storeu_ps(tile + i, _mm512_mul_ps(d, s16));
+    }
   }
 }
 #endif
@@ -852,6 +1102,13 @@ void encode_sg(const Ctx& cx, const DqRounding& rd, int64_t src, Work& ws, uint8
     if constexpr (B >= 2) {
       if (fast) {
         const int wi = dynamiq_width_index(B);
+#if defined(DQ_HAVE_AVX512)
+        if (cpu_avx512()) {
+          encode_values_avx512<B>(lv, cx.tables.cell_pair(wi), cx.tables.level_pair(wi), rd, S, t,
+                                  inv_e, rd.correlated ? pi : nullptr, w, codes_out);
+          return;
+        }
+#endif
         encode_values_avx2<B>(lv, cx.tables.cell_pair(wi), cx.tables.level_pair(wi), rd, S, t, inv_e,
                               rd.correlated ? pi : nullptr, w, codes_out);
         return;
@@ -927,6 +1184,12 @@ void decode_sg(const Ctx& cx, const uint8_t* in, const float* __restrict base, W
 #if defined(__AVX2__)
     if constexpr (B >= 2) {
       if (nb % 8 == 0) {
+#if defined(DQ_HAVE_AVX512)
+        if (nb % 16 == 0 && cpu_avx512()) {
+          decode_values_avx512<B>(dec, codes, S, sc, base, tile);
+          return;
+        }
+#endif
         decode_values_avx2<B>(dec, codes, S, sc, base, tile);
         return;
       }

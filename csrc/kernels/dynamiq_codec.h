@@ -135,6 +135,14 @@ class DynamiqCodec final : public Codec {
 // column when the world needs one).
 DqRounding make_dynamiq_rounding(const RngCtx& rng);
 
+// Which vector ISA the CPU kernels use: "avx512" when the CPU has AVX-512
+// F/BW/DQ/VL (and DYNAMIQ_CPU_ISA is not "avx2"), else "avx2" (also reported
+// for the portable build). Outputs are bit-identical either way.
+std::string dynamiq_cpu_isa();
+// Force "avx2" or "avx512" (throws when unavailable) or go back to "auto"; for
+// tests and A/B benchmarks. Returns the previous ISA. Not for use while kernels run.
+std::string dynamiq_set_cpu_isa(const std::string& isa);
+
 // The CPU kernels' random words of one SG (AVX2 Philox when compiled for it):
 // words[k + j*(S/4)] = word j of Philox call call0 + k. For tests.
 void dynamiq_fill_words(const RngKey& key, uint64_t call0, uint32_t purpose, uint32_t who, int S,

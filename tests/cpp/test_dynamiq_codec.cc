@@ -683,6 +683,8 @@ TEST(DynamiqRounding, ValueUniformsUseEveryHalfWordOnce) {
 // the scalar Philox of philox.h, including across a 2^32 counter boundary.
 TEST(DynamiqKernels, Avx2PhiloxMatchesScalar) {
   const RngKey key = make_rng_key(77, 88);
+  for (const std::string& isa : available_cpu_isas()) {
+  const IsaScope scope(isa);
   for (int S : {256, 128, 64, 8})
     for (uint64_t call0 : {uint64_t(0), uint64_t(12345), (uint64_t(1) << 32) - 10, (uint64_t(5) << 32) + 3}) {
       std::vector<uint32_t> w(static_cast<size_t>(S));
@@ -691,9 +693,11 @@ TEST(DynamiqKernels, Avx2PhiloxMatchesScalar) {
       for (int k = 0; k < q; ++k) {
         const Philox4x32 r = philox4x32_10(uint32_t(call0 + uint64_t(k)), kPurposeValue, 3,
                                            uint32_t((call0 + uint64_t(k)) >> 32), key.k0, key.k1);
-        for (int j = 0; j < 4; ++j) ASSERT_EQ(w[size_t(k + j * q)], r.v[j]) << "S=" << S << " k=" << k;
+        for (int j = 0; j < 4; ++j)
+          ASSERT_EQ(w[size_t(k + j * q)], r.v[j]) << isa << " S=" << S << " k=" << k;
       }
     }
+  }
 }
 
 }  // namespace

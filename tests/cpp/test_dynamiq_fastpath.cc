@@ -330,7 +330,7 @@ const Rounding kRoundings[] = {{8, false, true},  {2, true, true},  {3, true, tr
                                {8, true, true},   {9, true, true},  {17, true, true},
                                {40, true, true},  {8, false, false}};
 
-TEST(DynamiqFastPath, EveryKernelMatchesTheSharedPerElementFunctions) {
+void every_kernel_default_format() {
   const std::vector<std::vector<uint8_t>> mixes = {{2}, {4}, {8}, {1}, {16}, {8, 4, 2, 16, 1, 2, 4, 8, 2}};
   uint64_t seed = 100;
   // default format: every mix, dtype, rounding, scales variant
@@ -352,14 +352,14 @@ TEST(DynamiqFastPath, EveryKernelMatchesTheSharedPerElementFunctions) {
           c.data = int(seed % 3);
           c.numel = 256 * 9 + 1 + int64_t(seed % 250);  // partial last SG
           run_case(c, seed++);
-          if (HasFatalFailure()) return;
+          if (::testing::Test::HasFatalFailure()) return;
         }
 }
 
-TEST(DynamiqFastPath, OtherFormatsAndFallbacks) {
+void other_formats_and_fallbacks() {
   // (S, s): nb % 32 != 0 for small S (portable packing), s % 8 != 0 (portable
   // group maxima), G % 8 != 0 (scalar group-scale tail), fp16 buckets.
-  const int formats[][2] = {{64, 8}, {24, 8}, {96, 12}, {80, 16}, {512, 32}, {256, 8}};
+  const int formats[][2] = {{64, 8}, {24, 8}, {96, 12}, {80, 16}, {512, 32}, {256, 8}, {128, 16}};
   const std::vector<std::vector<uint8_t>> mixes = {{8, 4, 2, 16, 1}, {2, 4}, {8}};
   uint64_t seed = 1000;
   for (const auto& fs : formats)
@@ -383,8 +383,28 @@ TEST(DynamiqFastPath, OtherFormatsAndFallbacks) {
             c.data = int(seed % 3);
             c.numel = int64_t(fs[0]) * 5 + 3 + int64_t(seed % 17);
             run_case(c, seed++);
-            if (HasFatalFailure()) return;
+            if (::testing::Test::HasFatalFailure()) return;
           }
+}
+
+// Both tests run under every CPU ISA this machine has (AVX2, and AVX-512 when
+// present): each ISA's kernels must equal the shared per-element functions.
+TEST(DynamiqFastPath, EveryKernelMatchesTheSharedPerElementFunctions) {
+  for (const std::string& isa : available_cpu_isas()) {
+    const IsaScope scope(isa);
+    SCOPED_TRACE("cpu isa " + isa);
+    every_kernel_default_format();
+    if (HasFatalFailure()) return;
+  }
+}
+
+TEST(DynamiqFastPath, OtherFormatsAndFallbacks) {
+  for (const std::string& isa : available_cpu_isas()) {
+    const IsaScope scope(isa);
+    SCOPED_TRACE("cpu isa " + isa);
+    other_formats_and_fallbacks();
+    if (HasFatalFailure()) return;
+  }
 }
 
 }  // namespace

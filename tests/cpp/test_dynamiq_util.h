@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "kernels/dynamiq_codec.h"
@@ -31,6 +32,25 @@ inline std::vector<float> student_t3(size_t n, uint64_t seed) {
   for (auto& v : x) v = float(z(g) / std::sqrt(c(g) / 3.0));
   return x;
 }
+
+// The CPU kernel ISAs this machine can run ("avx2" always: it also names the
+// portable build; "avx512" when the CPU has F/BW/DQ/VL).
+inline std::vector<std::string> available_cpu_isas() {
+  std::vector<std::string> v{"avx2"};
+  const std::string before = dynamiq_set_cpu_isa("auto");
+  if (dynamiq_cpu_isa() == "avx512") v.push_back("avx512");
+  dynamiq_set_cpu_isa(before);
+  return v;
+}
+
+// Runs the kernels under one ISA for the scope's lifetime.
+struct IsaScope {
+  std::string before;
+  explicit IsaScope(const std::string& isa) : before(dynamiq_set_cpu_isa(isa)) {}
+  ~IsaScope() { dynamiq_set_cpu_isa(before); }
+  IsaScope(const IsaScope&) = delete;
+  IsaScope& operator=(const IsaScope&) = delete;
+};
 
 inline RngCtx rng_ctx(uint64_t seed, uint64_t seq, int rank = 0, int world = 1, bool corr = true) {
   RngCtx r;
