@@ -703,9 +703,14 @@ DQ_AVX512_FN inline void gather_pairs16(const uint64_t* tab, __m512i idx, __m512
 template <int B>
 DQ_AVX512_FN void encode_values_avx512(const DqLevels& lv, const uint64_t* __restrict cellp,
                                        const uint64_t* __restrict levp, const DqRounding& rd, int S,
-                                       const float* __restrict t, const float* __restrict inv_e,
+                                       int s, const float* __restrict t, const float* __restrict ginv,
                                        const float* __restrict pi, const uint32_t* __restrict w,
                                        uint8_t* __restrict out) {
+  // ginv: G per-group values (s a multiple of 16); w: the S/2 Philox words of
+  // the SG, not expanded (element i < S/2 takes the low half of w[i], element
+  // i >= S/2 the high half of w[i - S/2]: dq_value_word)
+  const int h = S / 2;
+  const __m512i mid = _mm512_set1_epi32(0x8000), himask = _mm512_set1_epi32(int(0xffff0000u));
   constexpr int P = 8 / B;
   const int nb = S / P;
   const __m512i absmask = _mm512_set1_epi32(0x7fffffff);
@@ -738,7 +743,7 @@ DQ_AVX512_FN void encode_values_avx512(const DqLevels& lv, const uint64_t* __res
     const __mmask16 negm = _mm512_cmp_ps_mask(x, zero, _CMP_LT_OQ);  // dq_sign
     const __m512 ax = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(x), absmask));
     const __m512i ab =
-        _mm512_min_epu32(_mm512_castps_si512(_mm512_mul_ps(ax, _mm512_loadu_ps(inv_e + i))), one_bits);
+        _mm512_min_epu32(_mm512_castps_si512(_mm512_mul_ps(ax, _mm512_set1_ps(ginv[i / s]))), one_bits);
     const __m512 a = _mm512_castsi512_ps(ab);
     __m512i j;
     __m512 p;
@@ -764,7 +769,8 @@ DQ_AVX512_FN void encode_values_avx512(const DqLevels& lv, const uint64_t* __res
     // dq_round_up
     __m512 gam = half;
     if (stoch) {
-      const __m512i wv = _mm512_loadu_si512(w + i);
+      const __m512i wv = i < h ? _mm512_or_si512(_mm512_slli_epi32(_mm512_loadu_si512(w + i), 16), mid)
+                               : _mm512_ternarylogic_epi32(_mm512_loadu_si512(w + i - h), himask, mid, 0xEA);
       gam = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srl_epi32(wv, gshift)), gscale);
     }
     const __m512 v = pi ? _mm512_add_ps(_mm512_loadu_ps(pi + i), gam) : _mm512_add_ps(zero, gam);
@@ -783,11 +789,12 @@ DQ_AVX512_FN void encode_values_avx512(const DqLevels& lv, const uint64_t* __res
   }
 }
 
-// decode_values_avx2 on 16 lanes (nb a multiple of 16).
+// decode_values_avx2 on 16 lanes (nb a multiple of 16, s a multiple of 16).
 template <int B>
 DQ_AVX512_FN void decode_values_avx512(const float* __restrict dec, const uint8_t* __restrict codes,
-                                       int S, const float* __restrict sc,
+                                       int S, int s, const float* __restrict gsc,
                                        const float* __restrict base, float* __restrict tile) {
+  // gsc: the G decoded group scales (s a multiple of 16)
   constexpr int P = 8 / B;
   const int nb = S / P;
   const __m512i mask = _mm512_set1_epi32((1 << B) - 1);
@@ -807,7 +814,7 @@ DQ_AVX512_FN void decode_values_avx512(const float* __restrict dec, const uint8_
         d = _mm512_permutexvar_ps(c, t0);
       else
         d = _mm512_i32gather_ps(c, dec, 4);
-      const __m512 s16 = _mm512_loadu_ps(sc + i);
+      const __m512 s16 = _mm512_set1_ps(gsc[i / s]);
       if (base)
         _mm512_storeu_ps(tile + i, _mm512_fmadd_ps(d, s16, _mm512_loadu_ps(base + i)));
       else
@@ -863,6 +870,81 @@ void group_scales_up_avx2(const float* __restrict gmax, float Msg, const float* 
     _mm256_storeu_ps(ik + k, _mm256_and_ps(inv, _mm256_castsi256_ps(pos)));
   }
 }
+
+#if defined(DQ_HAVE_AVX512)
+// Group maxima of |t| for s = 16 and G a multiple of 16: sixteen groups (one
+// vector each) reduced together by a 4-level transposing max tree (each level
+// halves every segment with two vpermt2d and a max), so lane k of the result
+// is group k's maximum. Returns the overall max (bit patterns, as group_max_avx2).
+DQ_AVX512_FN uint32_t group_max16_avx512(const float* __restrict t, int G, float* __restrict gmax) {
+  // level L (segment n = 16 >> L lanes in, n/2 out): out lane o takes segment
+  // g = o / (n/2) of x (g < 16/n) or of y, first or second half
+  alignas(64) static const int32_t idx[4][2][16] = {
+      {{0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23},
+       {8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31}},
+      {{0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27},
+       {4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31}},
+      {{0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20, 21, 24, 25, 28, 29},
+       {2, 3, 6, 7, 10, 11, 14, 15, 18, 19, 22, 23, 26, 27, 30, 31}},
+      {{0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30},
+       {1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31}}};
+  const __m512i absmask = _mm512_set1_epi32(0x7fffffff);
+  __m512i all = _mm512_setzero_si512();
+  for (int k0 = 0; k0 < G; k0 += 16) {
+    __m512i v[16];
+    for (int k = 0; k < 16; ++k) v[k] = _mm512_and_si512(_mm512_loadu_si512(t + (k0 + k) * 16), absmask);
+    for (int L = 0, cnt = 16; L < 4; ++L, cnt /= 2) {
+      const __m512i lo = _mm512_load_si512(idx[L][0]), hi = _mm512_load_si512(idx[L][1]);
+      for (int q = 0; q < cnt / 2; ++q)
+        v[q] = _mm512_max_epu32(_mm512_permutex2var_epi32(v[2 * q], lo, v[2 * q + 1]),
+                                _mm512_permutex2var_epi32(v[2 * q], hi, v[2 * q + 1]));
+    }
+    _mm512_storeu_si512(gmax + k0, v[0]);
+    all = _mm512_max_epu32(all, v[0]);
+  }
+  return _mm512_reduce_max_epu32(all);
+}
+
+// group_scales_up_avx2 on 16 groups per iteration (G16 a multiple of 16).
+DQ_AVX512_FN void group_scales_up_avx512(const float* __restrict gmax, float Msg,
+                                         const float* __restrict r255, int G16,
+                                         uint32_t* __restrict rk, float* __restrict ik) {
+  const int32_t mb = int32_t(f32_bits(Msg));
+  const __m512 Mq = _mm512_set1_ps(bits_f32(mb > 0 ? uint32_t(mb) : 0x3f800000u));
+  const __mmask16 mlive = mb > 0 ? __mmask16(0xffff) : __mmask16(0);
+  const __m512i zero = _mm512_setzero_si512();
+  const __m512i c255 = _mm512_set1_epi32(255);
+  const __m512i t255 = _mm512_set1_epi32(0x437f0000);
+  const __m512i one_i = _mm512_set1_epi32(1);
+  const __m512 one = _mm512_set1_ps(1.0f);
+  for (int k = 0; k < G16; k += 16) {
+    const __m512 g = _mm512_loadu_ps(gmax + k);
+    const __m512i gb = _mm512_castps_si512(g);
+    const __mmask16 live = _mm512_cmpgt_epi32_mask(gb, zero) & mlive;
+    const __m512 t0 = _mm512_mul_ps(_mm512_div_ps(g, Mq), _mm512_set1_ps(255.0f));
+    const __m512i tb = _mm512_min_epu32(_mm512_castps_si512(t0), t255);
+    __m512i r = _mm512_cvttps_epi32(_mm512_castsi512_ps(tb));  // floor (t >= 0)
+    r = _mm512_mask_add_epi32(r, _mm512_cmpgt_epi32_mask(tb, _mm512_castps_si512(_mm512_cvtepi32_ps(r))), r, one_i);
+    r = _mm512_min_epi32(r, c255);
+    const __m512i s0 = _mm512_castps_si512(_mm512_mul_ps(_mm512_i32gather_ps(r, r255, 4), Mq));
+    const __m512i sm = _mm512_castps_si512(
+        _mm512_mul_ps(_mm512_i32gather_ps(_mm512_max_epi32(_mm512_sub_epi32(r, one_i), zero), r255, 4), Mq));
+    const __m512i sp = _mm512_castps_si512(
+        _mm512_mul_ps(_mm512_i32gather_ps(_mm512_min_epi32(_mm512_add_epi32(r, one_i), c255), r255, 4), Mq));
+    const __mmask16 up = _mm512_cmpgt_epi32_mask(c255, r) & _mm512_cmpgt_epi32_mask(gb, s0);
+    const __m512i r1 = _mm512_mask_add_epi32(r, up, r, one_i);
+    const __m512i sdown = _mm512_mask_blend_epi32(up, sm, s0);
+    const __mmask16 dn = _mm512_cmpge_epi32_mask(sdown, gb) & _mm512_cmpgt_epi32_mask(r1, zero);
+    r = _mm512_maskz_mov_epi32(live, _mm512_mask_sub_epi32(r1, dn, r1, one_i));
+    const __m512i sfin =
+        _mm512_mask_blend_epi32(__mmask16(dn & ~up), _mm512_mask_blend_epi32(__mmask16(up & ~dn), s0, sp), sm);
+    const __mmask16 pos = live & _mm512_cmpgt_epi32_mask(sfin, zero);
+    const __m512 inv = _mm512_div_ps(one, _mm512_mask_blend_ps(pos, one, _mm512_castsi512_ps(sfin)));
+    _mm512_storeu_si512(rk + k, r);
+    _mm512_storeu_ps(ik + k, _mm512_maskz_mov_ps(pos, inv));
+  }
+}
+#endif
 
 // Group maxima of |t| on the bit patterns (s a multiple of 8); returns the overall max.
 uint32_t group_max_avx2(const float* __restrict t, int G, int s, float* __restrict gmax) {
@@ -1004,6 +1086,11 @@ void encode_sg(const Ctx& cx, const DqRounding& rd, int64_t src, Work& ws, uint8
     const uint32_t* __restrict tb = reinterpret_cast<const uint32_t*>(t);
     float* __restrict gmax = ws.gmax.data();
     uint32_t mbits = 0;
+#if defined(DQ_HAVE_AVX512)
+    if (s == 16 && G % 16 == 0 && cpu_avx512()) {
+      mbits = group_max16_avx512(t, G, gmax);
+    } else
+#endif
 #if defined(__AVX2__)
     if (s % 8 == 0) {
       mbits = group_max_avx2(t, G, s, gmax);
@@ -1020,6 +1107,13 @@ void encode_sg(const Ctx& cx, const DqRounding& rd, int64_t src, Work& ws, uint8
     }
     const bool bad = mbits >= 0x7f800000u;
     const float M = bits_f32(mbits);
+    // The AVX-512 value loop reads the per-group 1/normaliser (s a multiple of
+    // 16: one group per vector) and the 16-bit words unexpanded.
+#if defined(DQ_HAVE_AVX512)
+    const bool v512 = B >= 2 && (S * B / 8) % 32 == 0 && s % 16 == 0 && cpu_avx512();
+#else
+    constexpr bool v512 = false;
+#endif
     // scales
     float* __restrict inv_e = ws.inv_e.data();
     uint8_t* codes_out;
@@ -1052,9 +1146,18 @@ void encode_sg(const Ctx& cx, const DqRounding& rd, int64_t src, Work& ws, uint8
         float* __restrict ik = ws.ginv.data();
         const float* __restrict r255 = cx.tb.r255;
         int k0 = 0;
+#if defined(DQ_HAVE_AVX512)
+        if (cpu_avx512()) {
+          k0 = G - G % 16;
+          group_scales_up_avx512(gmax, Msg, r255, k0, rk, ik);
+        }
+#endif
 #if defined(__AVX2__)
-        k0 = G - G % 8;
-        group_scales_up_avx2(gmax, Msg, r255, k0, rk, ik);
+        {
+          const int k8 = G - (G - k0) % 8;
+          group_scales_up_avx2(gmax + k0, Msg, r255, k8 - k0, rk + k0, ik + k0);
+          k0 = k8;
+        }
 #endif
         for (int k = k0; k < G; ++k) {
           const DqGroupScale gs = dq_group_scale_up(gmax[k], Msg, r255);
@@ -1063,7 +1166,7 @@ void encode_sg(const Ctx& cx, const DqRounding& rd, int64_t src, Work& ws, uint8
         }
         for (int k = 0; k < G; ++k) out[2 + k] = uint8_t(rk[k]);
       }
-      broadcast_groups(ws.ginv.data(), G, s, inv_e);
+      if (!v512) broadcast_groups(ws.ginv.data(), G, s, inv_e);
       codes_out = out + 2 + G;
     } else {
       for (int k = 0; k < G; ++k) {
@@ -1075,6 +1178,7 @@ void encode_sg(const Ctx& cx, const DqRounding& rd, int64_t src, Work& ws, uint8
         }
         put_bf16(out + 2 * k, hb);
         for (int i = 0; i < s; ++i) inv_e[k * s + i] = gs.inv;
+        ws.ginv[size_t(k)] = gs.inv;
       }
       codes_out = out + 2 * G;
     }
@@ -1092,7 +1196,7 @@ void encode_sg(const Ctx& cx, const DqRounding& rd, int64_t src, Work& ws, uint8
       // S/8 Philox calls give S/2 words; each word's low half rounds element
       // k < S/2 and its high half element k + S/2 (dq_value_word)
       fill_words(rd.key, uint64_t(src) * uint64_t(S / 8), kPurposeValue, rd.rank, S / 2, w);
-      expand_u16_words(S, w);
+      if (!v512) expand_u16_words(S, w);
     } else if (!fast) {
       for (int i = 0; i < S; ++i) w[i] = 0;
     }
@@ -1103,9 +1207,9 @@ void encode_sg(const Ctx& cx, const DqRounding& rd, int64_t src, Work& ws, uint8
       if (fast) {
         const int wi = dynamiq_width_index(B);
 #if defined(DQ_HAVE_AVX512)
-        if (cpu_avx512()) {
-          encode_values_avx512<B>(lv, cx.tables.cell_pair(wi), cx.tables.level_pair(wi), rd, S, t,
-                                  inv_e, rd.correlated ? pi : nullptr, w, codes_out);
+        if (v512) {
+          encode_values_avx512<B>(lv, cx.tables.cell_pair(wi), cx.tables.level_pair(wi), rd, S, s, t,
+                                  ws.ginv.data(), rd.correlated ? pi : nullptr, w, codes_out);
           return;
         }
 #endif
@@ -1176,20 +1280,23 @@ void decode_sg(const Ctx& cx, const uint8_t* in, const float* __restrict base, W
         gsc[k] = bf16_to_f32(uint16_t(in[2 * k] | (uint16_t(in[2 * k + 1]) << 8)));
       codes = in + 2 * G;
     }
-    broadcast_groups(gsc, G, s, sc);
     const float* __restrict dec = cx.tb.lv[dynamiq_width_index(B)].decode;
     constexpr int P = 8 / B;
     constexpr uint32_t mask = (1u << B) - 1u;
     const int nb = S / P;
+#if defined(DQ_HAVE_AVX512)
+    if constexpr (B >= 2) {
+      // one group per 16-lane vector: the loop broadcasts gsc itself
+      if (nb % 16 == 0 && s % 16 == 0 && cpu_avx512()) {
+        decode_values_avx512<B>(dec, codes, S, s, gsc, base, tile);
+        return;
+      }
+    }
+#endif
+    broadcast_groups(gsc, G, s, sc);
 #if defined(__AVX2__)
     if constexpr (B >= 2) {
       if (nb % 8 == 0) {
-#if defined(DQ_HAVE_AVX512)
-        if (nb % 16 == 0 && cpu_avx512()) {
-          decode_values_avx512<B>(dec, codes, S, sc, base, tile);
-          return;
-        }
-#endif
         decode_values_avx2<B>(dec, codes, S, sc, base, tile);
         return;
       }
