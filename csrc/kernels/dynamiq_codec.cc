@@ -526,6 +526,93 @@ inline void swap_or_not_avx2(uint32_t n, uint32_t rank, const __m256i* w, __m256
   for (int v = 0; v < NV; ++v) xo[v] = x[v];
 }
 
+#if defined(DQ_HAVE_AVX512)
+DQ_AVX512_FN inline __m512i mulhi_epu32_avx512(__m512i a, __m512i b) {
+  const __m512i pe = _mm512_mul_epu32(a, b);
+  const __m512i po = _mm512_mul_epu32(_mm512_srli_epi64(a, 32), _mm512_srli_epi64(b, 32));
+  return _mm512_mask_mov_epi32(_mm512_srli_epi64(pe, 32), __mmask16(0xAAAA), po);
+}
+
+DQ_AVX512_FN inline __m512i mix32_tail_avx512(__m512i x) {
+  x = _mm512_mullo_epi32(x, _mm512_set1_epi32(int(0x7feb352du)));
+  x = _mm512_xor_si512(x, _mm512_srli_epi32(x, 15));
+  x = _mm512_mullo_epi32(x, _mm512_set1_epi32(int(0x846ca68bu)));
+  x = _mm512_xor_si512(x, _mm512_srli_epi32(x, 16));
+  return x;
+}
+
+// swap_or_not_avx2 on 16 lanes (the swap decision as a mask register)
+template <bool kSmall, int NV>
+DQ_AVX512_FN inline void swap_or_not_avx512(uint32_t n, uint32_t rank, const __m512i* w, __m512i* xo) {
+  const __m512i N = _mm512_set1_epi32(int(n));
+  __m512i x[NV], u[NV];
+  for (int v = 0; v < NV; ++v) {
+    x[v] = _mm512_set1_epi32(int(rank));
+    u[v] = _mm512_xor_si512(w[v], _mm512_srli_epi32(w[v], 16));
+  }
+  for (uint32_t j = 0; j < uint32_t(kSwapOrNotRounds); ++j) {
+    const uint32_t c = 0x9e3779b9u * (j + 1u);
+    const __m512i cj = _mm512_set1_epi32(int(c ^ (c >> 16)));
+    for (int v = 0; v < NV; ++v) {
+      const __m512i h = mix32_tail_avx512(_mm512_xor_si512(u[v], cj));
+      const __m512i k = mulhi_epu32_avx512(h, N);
+      const __m512i xp = _mm512_sub_epi32(_mm512_mask_add_epi32(k, _mm512_cmpgt_epi32_mask(x[v], k), k, N), x[v]);
+      const __m512i hi = _mm512_max_epi32(x[v], xp);
+      __mmask16 bit;
+      if constexpr (kSmall) {
+        const __m512i g = _mm512_mullo_epi32(h, _mm512_set1_epi32(int(0x2545f491u)));
+        bit = _mm512_movepi32_mask(_mm512_sllv_epi32(g, _mm512_andnot_si512(hi, _mm512_set1_epi32(31))));
+      } else {
+        __m512i m = _mm512_add_epi32(h, _mm512_mullo_epi32(_mm512_set1_epi32(int(0x85ebca6bu)), hi));
+        m = _mm512_xor_si512(m, _mm512_srli_epi32(m, 16));
+        bit = _mm512_movepi32_mask(mix32_tail_avx512(m));
+      }
+      x[v] = _mm512_mask_mov_epi32(x[v], bit, xp);
+    }
+  }
+  for (int v = 0; v < NV; ++v) xo[v] = x[v];
+}
+
+// fill_strata_avx2 on 16 lanes (S a multiple of 16)
+DQ_AVX512_FN void fill_strata_avx512(const PermParams& pp, const uint8_t* col8, int S,
+                                     const uint32_t* __restrict sw, float* __restrict pi) {
+  if (pp.n == 2) {
+    const __m512i r = _mm512_set1_epi32(int(pp.rank));
+    for (int i = 0; i < S; i += 16)
+      _mm512_storeu_ps(pi + i, _mm512_cvtepi32_ps(_mm512_xor_si512(r, _mm512_srli_epi32(_mm512_loadu_si512(sw + i), 31))));
+  } else if (pp.n <= uint32_t(kPermTableMaxN)) {
+    const __m512i nf = _mm512_set1_epi32(int(pp.nfact));
+    const __m512i lo = _mm512_set1_epi32(0xff);
+    for (int i = 0; i < S; i += 16) {
+      const __m512i m = mulhi_epu32_avx512(_mm512_loadu_si512(sw + i), nf);
+      const __m512i v = _mm512_and_si512(_mm512_i32gather_epi32(m, col8, 1), lo);
+      _mm512_storeu_ps(pi + i, _mm512_cvtepi32_ps(v));
+    }
+  } else {
+    constexpr int NV = 4;
+    int i = 0;
+    for (; i + 16 * NV <= S; i += 16 * NV) {
+      __m512i w[NV], x[NV];
+      for (int v = 0; v < NV; ++v) w[v] = _mm512_loadu_si512(sw + i + 16 * v);
+      if (pp.n <= 32u)
+        swap_or_not_avx512<true, NV>(pp.n, pp.rank, w, x);
+      else
+        swap_or_not_avx512<false, NV>(pp.n, pp.rank, w, x);
+      for (int v = 0; v < NV; ++v) _mm512_storeu_ps(pi + i + 16 * v, _mm512_cvtepi32_ps(x[v]));
+    }
+    for (; i < S; i += 16) {
+      __m512i w[1], x[1];
+      w[0] = _mm512_loadu_si512(sw + i);
+      if (pp.n <= 32u)
+        swap_or_not_avx512<true, 1>(pp.n, pp.rank, w, x);
+      else
+        swap_or_not_avx512<false, 1>(pp.n, pp.rank, w, x);
+      _mm512_storeu_ps(pi + i, _mm512_cvtepi32_ps(x[0]));
+    }
+  }
+}
+#endif
+
 void fill_strata_avx2(const PermParams& pp, const uint8_t* col8, int S,
                       const uint32_t* __restrict sw, float* __restrict pi) {
   if (pp.n == 2) {
@@ -1034,6 +1121,12 @@ void fill_strata(const DqRounding& rd, const uint8_t* col8, int64_t src, int S,
   }
   fill_words(rd.key, uint64_t(src) * uint64_t(S / 4), kPurposePermutation, 0, S, sw);
   const PermParams pp = rd.perm;
+#if defined(DQ_HAVE_AVX512)
+  if (S % 16 == 0 && cpu_avx512()) {
+    fill_strata_avx512(pp, col8, S, sw, pi);
+    return;
+  }
+#endif
 #if defined(__AVX2__)
   if (S % 8 == 0) {
     fill_strata_avx2(pp, col8, S, sw, pi);
