@@ -4,6 +4,7 @@
 
 #include <optional>
 
+#include "../kernels/dynamiq_codec.h"
 #include "../kernels/lossless_codec.h"
 #include "collective.h"
 #include "inproc_transport.h"
@@ -234,6 +235,8 @@ PYBIND11_MODULE(_C, m) {
     return false;
 #endif
   });
+  m.def("cpu_isa", [] { return dynamiq_cpu_isa(); },
+        "The vector ISA of the CPU kernels: avx512 or avx2 (env DYNAMIQ_CPU_ISA=avx2 forces AVX2).");
   m.def("available_modes", [] {
     py::list l;
     for (Mode md : {Mode::kNone, Mode::kDynamiq, Mode::kLossless, Mode::kBitsplit}) {

@@ -26,7 +26,16 @@ def built_with_cuda() -> bool:
     return bool(_C.built_with_cuda())
 
 
+def cpu_isa() -> str:
+    """Vector ISA the CPU kernels run with: "avx512" (AVX-512 F/BW/DQ/VL present) or "avx2".
+
+    Chosen once per process; set DYNAMIQ_CPU_ISA=avx2 before the first call to force AVX2.
+    Results are bit-identical either way.
+    """
+    return str(_C.cpu_isa())
+
+
 __all__ = [
     "Config", "ConfigError", "DynamiqError", "HookState", "MalformedMessage", "TransportError",
-    "all_reduce", "available_modes", "built_with_cuda", "lossless_stats", "register", "simulate",
+    "all_reduce", "available_modes", "built_with_cuda", "cpu_isa", "lossless_stats", "register", "simulate",
 ]

@@ -1,0 +1,58 @@
+"""The CPU kernels pick AVX-512 or AVX2 at run time; the choice must never change a result.
+
+Runs the same DynamiQ all-reduce (simulated ranks, the real C++ schedule and codec) in two
+fresh interpreters, one forced to AVX2 with DYNAMIQ_CPU_ISA=avx2, and compares every rank's
+result bit for bit. On a machine without AVX-512 both runs use AVX2 and the test still checks
+determinism across processes.
+"""
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import dynamiq
+
+SCRIPT = r"""
+import sys, torch, dynamiq
+g = torch.Generator().manual_seed(7)
+out = {"isa": dynamiq.cpu_isa()}
+for mode, rounding, world, dtype in [("dynamiq", "correlated", 4, torch.float32),
+                                     ("dynamiq", "correlated", 17, torch.float32),
+                                     ("dynamiq", "independent", 3, torch.bfloat16)]:
+    xs = [(torch.randn(300_001, generator=g) * (1 + r)).to(dtype) for r in range(world)]
+    cfg = dynamiq.Config(mode=mode, bits=5.0, topology="ring", rounding=rounding)
+    out[(mode, rounding, world, str(dtype))] = dynamiq.simulate(xs, cfg)
+torch.save(out, sys.argv[1])
+"""
+
+
+def _run(tmp_path, name, env_isa):
+    env = dict(os.environ)
+    env.pop("DYNAMIQ_CPU_ISA", None)
+    if env_isa:
+        env["DYNAMIQ_CPU_ISA"] = env_isa
+    path = tmp_path / f"{name}.pt"
+    subprocess.run([sys.executable, "-c", SCRIPT, str(path)], check=True, env=env, timeout=600)
+    return torch.load(path)
+
+
+def test_cpu_isa_is_reported():
+    assert dynamiq.cpu_isa() in ("avx2", "avx512")
+
+
+def test_avx512_and_avx2_kernels_give_identical_all_reduce_results(tmp_path):
+    auto = _run(tmp_path, "auto", None)
+    avx2 = _run(tmp_path, "avx2", "avx2")
+    assert avx2.pop("isa") == "avx2"
+    isa = auto.pop("isa")
+    assert auto.keys() == avx2.keys()
+    for key in auto:
+        for rank, (a, b) in enumerate(zip(auto[key], avx2[key])):
+            assert a.dtype == b.dtype
+            assert torch.equal(a.view(torch.int16 if a.dtype == torch.bfloat16 else torch.int32),
+                               b.view(torch.int16 if b.dtype == torch.bfloat16 else torch.int32)), \
+                f"{key} rank {rank}: {isa} and avx2 kernels differ"
+    if isa == "avx2":
+        pytest.skip("no AVX-512 on this CPU: only cross-process determinism was checked")
