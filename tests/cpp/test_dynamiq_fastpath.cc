@@ -389,23 +389,20 @@ void other_formats_and_fallbacks() {
 
 // Both tests run under every CPU ISA this machine has (AVX2, and AVX-512 when
 // present): each ISA's kernels must equal the shared per-element functions.
-TEST(DynamiqFastPath, EveryKernelMatchesTheSharedPerElementFunctions) {
+void under_every_isa(void (*body)()) {
   for (const std::string& isa : available_cpu_isas()) {
     const IsaScope scope(isa);
     SCOPED_TRACE("cpu isa " + isa);
-    every_kernel_default_format();
-    if (HasFatalFailure()) return;
+    body();
+    if (::testing::Test::HasFatalFailure()) return;
   }
 }
 
-TEST(DynamiqFastPath, OtherFormatsAndFallbacks) {
-  for (const std::string& isa : available_cpu_isas()) {
-    const IsaScope scope(isa);
-    SCOPED_TRACE("cpu isa " + isa);
-    other_formats_and_fallbacks();
-    if (HasFatalFailure()) return;
-  }
+TEST(DynamiqFastPath, EveryKernelMatchesTheSharedPerElementFunctions) {
+  under_every_isa(every_kernel_default_format);
 }
+
+TEST(DynamiqFastPath, OtherFormatsAndFallbacks) { under_every_isa(other_formats_and_fallbacks); }
 
 }  // namespace
 }  // namespace dynamiq
