@@ -653,7 +653,9 @@ TEST(DynamiqRounding, SixteenBitUniformsAreUnbiasedTo2PowMinus17) {
       }
     // and the grid is really that coarse: with one stratum some p misses by more
     // than a 24-bit uniform would allow (so the test would notice a change of draw)
-    if (n == 1) EXPECT_GT(worst, std::ldexp(1.0, -19));
+    if (n == 1) {
+      EXPECT_GT(worst, std::ldexp(1.0, -19));
+    }
   }
 }
 
