@@ -1211,10 +1211,17 @@ void encode_sg(const Ctx& cx, const DqRounding& rd, int64_t src, Work& ws, uint8
     }
     const bool bad = mbits >= 0x7f800000u;
     const float M = bits_f32(mbits);
-    // The AVX-512 value loop reads the per-group 1/normaliser (s a multiple of
-    // 16: one group per vector) and the 16-bit words unexpanded.
+    // fast: the fused AVX2/AVX-512 value loop applies (it reads w only when
+    // stochastic and pi only when correlated). v512: the AVX-512 one, which reads
+    // the per-group 1/normaliser (s a multiple of 16: one group per vector) and
+    // the 16-bit words unexpanded.
+#if defined(__AVX2__)
+    const bool fast = B >= 2 && (S * B / 8) % 32 == 0;
+#else
+    constexpr bool fast = false;
+#endif
 #if defined(DQ_HAVE_AVX512)
-    const bool v512 = B >= 2 && (S * B / 8) % 32 == 0 && s % 16 == 0 && cpu_avx512();
+    const bool v512 = fast && s % 16 == 0 && cpu_avx512();
 #else
     constexpr bool v512 = false;
 #endif
@@ -1270,7 +1277,6 @@ void encode_sg(const Ctx& cx, const DqRounding& rd, int64_t src, Work& ws, uint8
         }
         for (int k = 0; k < G; ++k) out[2 + k] = uint8_t(rk[k]);
       }
-      if (!v512) broadcast_groups(ws.ginv.data(), G, s, inv_e);
       codes_out = out + 2 + G;
     } else {
       for (int k = 0; k < G; ++k) {
@@ -1281,21 +1287,15 @@ void encode_sg(const Ctx& cx, const DqRounding& rd, int64_t src, Work& ws, uint8
           gs.inv = 0.0f;
         }
         put_bf16(out + 2 * k, hb);
-        for (int i = 0; i < s; ++i) inv_e[k * s + i] = gs.inv;
         ws.ginv[size_t(k)] = gs.inv;
       }
       codes_out = out + 2 * G;
     }
+    // per-element 1/normaliser for the loops that read one (not the AVX-512 one)
+    if (!v512) broadcast_groups(ws.ginv.data(), G, s, inv_e);
     // random words: private (value rounding) and shared (strata)
     uint32_t* __restrict w = ws.words.data();
     float* __restrict pi = ws.pi.data();
-#if defined(__AVX2__)
-    // the fused AVX2 value loop reads w only when stochastic and pi only when correlated
-    constexpr bool kFastWidth = B >= 2;
-    const bool fast = kFastWidth && (S * B / 8) % 32 == 0;
-#else
-    const bool fast = false;
-#endif
     if (rd.stochastic) {
       // S/8 Philox calls give S/2 words; each word's low half rounds element
       // k < S/2 and its high half element k + S/2 (dq_value_word)
