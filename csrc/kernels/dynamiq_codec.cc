@@ -1442,6 +1442,15 @@ inline void zero_padding(const Plan& plan, int64_t src, float* tile) {
 
 // ================================================================ codec ====
 
+// Units to prefetch ahead of the one being loaded: about 4 KiB of local data
+// (fp32 1 KiB units: 4 ahead; bf16: 8). Measured on the fused kernel at 64 MiB
+// fp32: 2, 4, 8, 16 units ahead gave 1.06-1.10, 1.06-1.11, 1.15-1.17, 1.25-1.28
+// ns/element; none 1.25 (the hardware prefetchers alone fall behind).
+inline int64_t prefetch_ahead(const Plan& plan) {
+  const int64_t unit_bytes = int64_t(plan.unit) * dtype_size(plan.dtype);
+  return std::max<int64_t>(1, 4096 / std::max<int64_t>(1, unit_bytes));
+}
+
 DynamiqCodec::DynamiqCodec(const DynamiqParams& p) : p_(p), tables_(p) {}
 
 size_t DynamiqCodec::check_block(const Plan& plan, const Block& b) const {
@@ -1483,11 +1492,13 @@ size_t DynamiqCodec::compress(const Local& x, const Plan& plan, const Block& b, 
   const DqRounding rd = make_dynamiq_rounding(rng);
   const Ctx cx{p_.fmt, tables_.view(), p_.stochastic_group_scales, tables_};
   Work ws(p_.fmt.S, p_.fmt.S / p_.fmt.s);
+  const int64_t ahead = prefetch_ahead(plan);
   if (rd.correlated && rd.perm.n >= 3 && rd.perm.n <= uint32_t(kPermTableMaxN))
     ws.col8 = perm_table_column8(int(rd.perm.n), int(rd.perm.rank));
   uint8_t* o = out;
   for (int64_t w = b.w0; w < b.w1; ++w) {
     const int64_t src = plan.src_unit(w);
+    if (w + ahead < b.w1) prefetch_unit(x, plan, w + ahead);
     load_unit(x, plan, w, ws.tile.data());
     const int bits = plan.bits[size_t(src)];
     dispatch_width(bits, [&](auto B) { encode_sg<decltype(B)::value>(cx, rd, src, ws, o); });
@@ -1516,11 +1527,13 @@ void DynamiqCodec::decompress_accumulate(const uint8_t* in, size_t in_bytes, con
   check_message_size(in_bytes, check_block(plan, b), "dynamiq");
   const Ctx cx{p_.fmt, tables_.view(), p_.stochastic_group_scales, tables_};
   Work ws(p_.fmt.S, p_.fmt.S / p_.fmt.s);
+  const int64_t ahead = prefetch_ahead(plan);
   const int64_t U = plan.unit;
   const uint8_t* p = in;
   for (int64_t w = b.w0; w < b.w1; ++w) {
     const int64_t src = plan.src_unit(w);
     const int bits = plan.bits[size_t(src)];
+    if (w + ahead < b.w1) prefetch_unit(x, plan, w + ahead);
     load_unit(x, plan, w, ws.tile.data());
     float* dst = acc + (w - b.w0) * U;
     dispatch_width(bits,
@@ -1539,6 +1552,7 @@ size_t DynamiqCodec::decompress_accumulate_recompress(const uint8_t* in, size_t 
   const DqRounding rd = make_dynamiq_rounding(rng);
   const Ctx cx{p_.fmt, tables_.view(), p_.stochastic_group_scales, tables_};
   Work ws(p_.fmt.S, p_.fmt.S / p_.fmt.s);
+  const int64_t ahead = prefetch_ahead(plan);
   if (rd.correlated && rd.perm.n >= 3 && rd.perm.n <= uint32_t(kPermTableMaxN))
     ws.col8 = perm_table_column8(int(rd.perm.n), int(rd.perm.rank));
   std::vector<float> local(size_t(p_.fmt.S));
@@ -1548,6 +1562,7 @@ size_t DynamiqCodec::decompress_accumulate_recompress(const uint8_t* in, size_t 
     const int64_t src = plan.src_unit(w);
     const int bits = plan.bits[size_t(src)];
     const int64_t sg = dynamiq_sg_bytes(bits, p_.fmt);
+    if (w + ahead < b.w1) prefetch_unit(x, plan, w + ahead);
     load_unit(x, plan, w, local.data());
     dispatch_width(bits, [&](auto B) {
       constexpr int BB = decltype(B)::value;
