@@ -294,7 +294,7 @@ namespace {
 
 // Per-call scratch: one super-group's worth of everything (stays in L1/L2).
 struct Work {
-  std::vector<float> tile, gmax, scale_e, inv_e, pi, ginv;
+  std::vector<float> tile, gmax, scale_e, inv_e, pi, ginv, g16;
   std::vector<uint32_t> gr;
   std::vector<uint32_t> words, swords;
   std::vector<uint8_t> codes;
@@ -304,7 +304,7 @@ struct Work {
   const uint8_t* col8 = nullptr;  // byte column of the permutation table (3 <= n <= 8)
   explicit Work(int S, int G)
       : tile(size_t(S)), gmax(size_t(G)), scale_e(size_t(S)), inv_e(size_t(S)), pi(size_t(S)),
-        ginv(size_t(G)), gr(size_t(G)), words(size_t(S)), swords(size_t(S)), codes(size_t(2 * S)),
+        ginv(size_t(G)), g16(size_t(S / 16 + 1)), gr(size_t(G)), words(size_t(S)), swords(size_t(S)), codes(size_t(2 * S)),
         codes32(size_t(S)), a(size_t(S)), p(size_t(S)), j(size_t(S)) {}
 };
 
@@ -801,10 +801,12 @@ DQ_AVX512_FN inline void gather_pairs16(const uint64_t* tab, __m512i idx, __m512
 template <int B>
 DQ_AVX512_FN void encode_values_avx512(const DqLevels& lv, const uint64_t* __restrict cellp,
                                        const uint64_t* __restrict levp, const DqRounding& rd, int S,
-                                       int s, const float* __restrict t, const float* __restrict ginv,
+                                       const float* __restrict t, const float* __restrict g16,
                                        const float* __restrict pi, const uint32_t* __restrict w,
                                        uint8_t* __restrict out) {
-  // ginv: G per-group values (s a multiple of 16); w: the S/2 Philox words of
+  // g16: the 1/normaliser of each run of 16 elements (S/16 values: s is a
+  // multiple of 16; indexing per run, not i / s, keeps an integer division out
+  // of the loop); w: the S/2 Philox words of
   // the SG, not expanded (element i < S/2 takes the low half of w[i], element
   // i >= S/2 the high half of w[i - S/2]: dq_value_word)
   const int h = S / 2;
@@ -841,7 +843,7 @@ DQ_AVX512_FN void encode_values_avx512(const DqLevels& lv, const uint64_t* __res
     const __mmask16 negm = _mm512_cmp_ps_mask(x, zero, _CMP_LT_OQ);  // dq_sign
     const __m512 ax = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(x), absmask));
     const __m512i ab =
-        _mm512_min_epu32(_mm512_castps_si512(_mm512_mul_ps(ax, _mm512_set1_ps(ginv[i / s]))), one_bits);
+        _mm512_min_epu32(_mm512_castps_si512(_mm512_mul_ps(ax, _mm512_set1_ps(g16[i >> 4]))), one_bits);
     const __m512 a = _mm512_castsi512_ps(ab);
     __m512i j;
     __m512 p;
@@ -890,9 +892,9 @@ DQ_AVX512_FN void encode_values_avx512(const DqLevels& lv, const uint64_t* __res
 // decode_values_avx2 on 16 lanes (nb a multiple of 16, s a multiple of 16).
 template <int B>
 DQ_AVX512_FN void decode_values_avx512(const float* __restrict dec, const uint8_t* __restrict codes,
-                                       int S, int s, const float* __restrict gsc,
+                                       int S, const float* __restrict g16,
                                        const float* __restrict base, float* __restrict tile) {
-  // gsc: the G decoded group scales (s a multiple of 16)
+  // g16: the decoded group scale of each run of 16 elements (S/16 values)
   constexpr int P = 8 / B;
   const int nb = S / P;
   const __m512i mask = _mm512_set1_epi32((1 << B) - 1);
@@ -912,7 +914,7 @@ DQ_AVX512_FN void decode_values_avx512(const float* __restrict dec, const uint8_
         d = _mm512_permutexvar_ps(c, t0);
       else
         d = _mm512_i32gather_ps(c, dec, 4);
-      const __m512 s16 = _mm512_set1_ps(gsc[i / s]);
+      const __m512 s16 = _mm512_set1_ps(g16[i >> 4]);
       if (base)
         _mm512_storeu_ps(tile + i, _mm512_fmadd_ps(d, s16, _mm512_loadu_ps(base + i)));
       else
@@ -1122,6 +1124,16 @@ inline void broadcast_groups(const float* __restrict v, int G, int s, float* __r
     for (int i = 0; i < s; ++i) out[k * s + i] = v[k];
 }
 
+// One value per 16-element run from per-group values (s a multiple of 16):
+// the group values themselves when s = 16, else each repeated s/16 times in buf.
+inline const float* per_run16(const float* v, int G, int s, float* buf) {
+  if (s == 16) return v;
+  const int r = s / 16;
+  for (int k = 0; k < G; ++k)
+    for (int i = 0; i < r; ++i) buf[k * r + i] = v[k];
+  return buf;
+}
+
 // Strata of this rank for the S elements of SG src (0 when not correlated).
 // One loop per permutation kind, so each is a simple vectorisable loop.
 void fill_strata(const DqRounding& rd, const uint8_t* col8, int64_t src, int S,
@@ -1213,8 +1225,8 @@ void encode_sg(const Ctx& cx, const DqRounding& rd, int64_t src, Work& ws, uint8
     const float M = bits_f32(mbits);
     // fast: the fused AVX2/AVX-512 value loop applies (it reads w only when
     // stochastic and pi only when correlated). v512: the AVX-512 one, which reads
-    // the per-group 1/normaliser (s a multiple of 16: one group per vector) and
-    // the 16-bit words unexpanded.
+    // one 1/normaliser per 16-element run (s a multiple of 16: one group per
+    // vector) and the 16-bit words unexpanded.
 #if defined(__AVX2__)
     const bool fast = B >= 2 && (S * B / 8) % 32 == 0;
 #else
@@ -1312,8 +1324,9 @@ void encode_sg(const Ctx& cx, const DqRounding& rd, int64_t src, Work& ws, uint8
         const int wi = dynamiq_width_index(B);
 #if defined(DQ_HAVE_AVX512)
         if (v512) {
-          encode_values_avx512<B>(lv, cx.tables.cell_pair(wi), cx.tables.level_pair(wi), rd, S, s, t,
-                                  ws.ginv.data(), rd.correlated ? pi : nullptr, w, codes_out);
+          encode_values_avx512<B>(lv, cx.tables.cell_pair(wi), cx.tables.level_pair(wi), rd, S, t,
+                                  per_run16(ws.ginv.data(), G, s, ws.g16.data()),
+                                  rd.correlated ? pi : nullptr, w, codes_out);
           return;
         }
 #endif
@@ -1390,9 +1403,9 @@ void decode_sg(const Ctx& cx, const uint8_t* in, const float* __restrict base, W
     const int nb = S / P;
 #if defined(DQ_HAVE_AVX512)
     if constexpr (B >= 2) {
-      // one group per 16-lane vector: the loop broadcasts gsc itself
+      // one group per 16-lane vector: one scale per 16-element run, broadcast in the loop
       if (nb % 16 == 0 && s % 16 == 0 && cpu_avx512()) {
-        decode_values_avx512<B>(dec, codes, S, s, gsc, base, tile);
+        decode_values_avx512<B>(dec, codes, S, per_run16(gsc, G, s, ws.g16.data()), base, tile);
         return;
       }
     }
