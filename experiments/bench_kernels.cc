@@ -8,10 +8,13 @@
 // Kernels: stats (dynamiq_local_stats), compress (leaf), decompress (final
 // values into the bucket), decompress_accumulate (into a float accumulator),
 // fused decompress_accumulate_recompress (middle hop). Widths 2, 4, 8 and a
-// "5-bit" mixture (30% 8-bit, 30% 4-bit, 40% 2-bit super-groups, grouped by
-// width as the allocator orders them: 4.96 wire bits per coordinate with the
-// scales), rounding independent and correlated (world 8: exact permutation
-// table; world 16: swap-or-not).
+// "5-bit" mixture (30% 8-bit, 30% 4-bit, 40% 2-bit super-groups: 4.96 wire
+// bits per coordinate with the scales), rounding independent and correlated
+// (world 8: exact permutation table; world 16: swap-or-not). Plans look like
+// the hook's: every super-group has its mean subtracted (plan.bias), and in
+// the mixture the widths are scattered over the bucket (drawn per super-group)
+// and the wire order groups them by width, as the allocator does, so the
+// kernels read the bucket in runs of one super-group at scattered places.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -96,12 +99,25 @@ int main(int argc, char** argv) {
   for (int b : {2, 4, 8}) mixes.push_back({b == 2 ? "2" : b == 4 ? "4" : "8", std::vector<uint8_t>(size_t(units), uint8_t(b))});
   {
     std::vector<uint8_t> bits(static_cast<size_t>(units));
+    std::mt19937_64 gb(7);
+    std::uniform_real_distribution<double> ud(0.0, 1.0);
     for (int64_t u = 0; u < units; ++u) {
-      const double f = double(u) / double(units);
-      bits[size_t(u)] = f < 0.3 ? 8 : f < 0.6 ? 4 : 2;  // grouped by width
+      const double f = ud(gb);
+      bits[size_t(u)] = f < 0.3 ? 8 : f < 0.6 ? 4 : 2;  // scattered over the bucket
     }
     mixes.push_back({"mix5", bits});
   }
+  // wire order: grouped by width (8, 4, 2), source order within a width
+  auto width_order = [&](const std::vector<uint8_t>& bits) {
+    std::vector<int32_t> order(static_cast<size_t>(units));
+    for (int64_t u = 0; u < units; ++u) order[size_t(u)] = int32_t(u);
+    std::stable_sort(order.begin(), order.end(),
+                     [&](int32_t a, int32_t b) { return bits[size_t(a)] > bits[size_t(b)]; });
+    return order;
+  };
+  // per-super-group means, as the hook subtracts them (small against the values)
+  std::vector<float> bias(static_cast<size_t>(units));
+  for (auto& v : bias) v = 0.01f * nd(g);
   struct Round {
     const char* name;
     bool corr;
@@ -145,8 +161,8 @@ int main(int argc, char** argv) {
       report("-", "-", "stats", time_best([&] { dynamiq_local_stats(xin, dt, numel, S, st.data()); }, min_s));
     }
     for (const Mix& mx : mixes) {
-      Plan p = make_dynamiq_plan(dt, numel, prm.fmt, mx.bits, {}, {}, 1);
-      Plan pf = make_dynamiq_plan(DType::kF32, numel, prm.fmt, mx.bits, {}, {}, 1);
+      Plan p = make_dynamiq_plan(dt, numel, prm.fmt, mx.bits, width_order(mx.bits), bias, 1);
+      Plan pf = make_dynamiq_plan(DType::kF32, numel, prm.fmt, mx.bits, width_order(mx.bits), bias, 1);
       const Block all{0, units};
       const size_t wb = codec.static_bytes(p, all);
       std::vector<uint8_t> msg(wb), out(wb);
