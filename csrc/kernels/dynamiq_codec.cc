@@ -304,8 +304,9 @@ struct Work {
   const uint8_t* col8 = nullptr;  // byte column of the permutation table (3 <= n <= 8)
   explicit Work(int S, int G)
       : tile(size_t(S)), gmax(size_t(G)), scale_e(size_t(S)), inv_e(size_t(S)), pi(size_t(S)),
-        ginv(size_t(G)), g16(size_t(S / 16 + 1)), gr(size_t(G)), words(size_t(S)), swords(size_t(S)), codes(size_t(2 * S)),
-        codes32(size_t(S)), a(size_t(S)), p(size_t(S)), j(size_t(S)) {}
+        ginv(size_t(G)), g16(size_t(S / 16 + 1)), gr(size_t(G)), words(size_t(S)),
+        swords(size_t(S)), codes(size_t(2 * S)), codes32(size_t(S)), a(size_t(S)), p(size_t(S)),
+        j(size_t(S)) {}
 };
 
 #if defined(__AVX2__)
