@@ -29,16 +29,19 @@
 #include "kernels/dynamiq_codec.h"
 #include "kernels/dynamiq_stats.h"
 #include "kernels/float_bits.h"
+#include "kernels/parallel.h"
 
 using namespace dynamiq;
 
 namespace {
 
 // This thread's CPU time (the machine is shared: wall time would count the
-// time other processes hold the core).
+// time other processes hold the core). With DYNAMIQ_CPU_THREADS > 1 the
+// kernels also run on helper threads, whose time this clock would miss: wall
+// time then.
 double thread_seconds() {
   timespec ts;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  clock_gettime(dynamiq_cpu_threads() > 1 ? CLOCK_MONOTONIC : CLOCK_THREAD_CPUTIME_ID, &ts);
   return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
 }
 
@@ -82,8 +85,11 @@ int main(int argc, char** argv) {
     yb[size_t(i)] = f32_to_bf16(yf[size_t(i)]);
   }
 
-  std::printf("# dynamiq CPU kernels, one thread, isa=%s (DYNAMIQ_CPU_ISA=avx2 forces AVX2), numel=%lld, "
-              "S=%d s=%d, eps=(%.3g,%.3g), scales %s\n",
+  const int nthreads = dynamiq_cpu_threads();
+  std::printf("# dynamiq CPU kernels, %d thread%s (DYNAMIQ_CPU_THREADS; %s), isa=%s (DYNAMIQ_CPU_ISA=avx2 "
+              "forces AVX2), numel=%lld, S=%d s=%d, eps=(%.3g,%.3g), scales %s\n",
+              nthreads, nthreads > 1 ? "s" : "",
+              nthreads > 1 ? "wall time; memcpy stays one thread" : "thread CPU time",
               dynamiq_cpu_isa().c_str(), (long long)numel, S, prm.fmt.s, prm.eps[2], prm.eps[3],
               prm.stochastic_group_scales ? "stochastic" : "up");
   std::printf("# memcpy column: the same bytes copied right after each row's kernel (best of %.2g s)\n",

@@ -6,6 +6,7 @@
 
 #include "../kernels/dynamiq_codec.h"
 #include "../kernels/lossless_codec.h"
+#include "../kernels/parallel.h"
 #include "collective.h"
 #include "inproc_transport.h"
 #include "torch_c10d_transport.h"
@@ -237,6 +238,10 @@ PYBIND11_MODULE(_C, m) {
   });
   m.def("cpu_isa", [] { return dynamiq_cpu_isa(); },
         "The vector ISA of the CPU kernels: avx512 or avx2 (env DYNAMIQ_CPU_ISA=avx2 forces AVX2).");
+  m.def("cpu_threads", [] { return dynamiq_cpu_threads(); },
+        "Threads one CPU codec call may use (env DYNAMIQ_CPU_THREADS, default 1).");
+  m.def("set_cpu_threads", [](int n) { return dynamiq_set_cpu_threads(n); },
+        "Sets the threads one CPU codec call may use; returns the previous value.");
   m.def("available_modes", [] {
     py::list l;
     for (Mode md : {Mode::kNone, Mode::kDynamiq, Mode::kLossless, Mode::kBitsplit}) {

@@ -35,7 +35,26 @@ def cpu_isa() -> str:
     return str(_C.cpu_isa())
 
 
+def cpu_threads() -> int:
+    """Threads one CPU codec call may use (default 1; env DYNAMIQ_CPU_THREADS=N)."""
+    return int(_C.cpu_threads())
+
+
+def set_cpu_threads(n: int) -> int:
+    """Lets each CPU codec call split its super-groups over `n` threads (1..256); returns the old value.
+
+    Process-wide, like ``torch.set_num_threads``. Results are bit-identical for every `n`. The
+    default is 1 because a DDP job usually runs one process per core or GPU (torchrun sets
+    OMP_NUM_THREADS=1 for the same reason); raise it when a rank has cores to itself. A call that
+    finds the helper threads busy (another process group's call) runs on its own thread.
+    """
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 256:
+        raise ValueError(f"dynamiq.set_cpu_threads: n must be an int in [1, 256], got {n!r}")
+    return int(_C.set_cpu_threads(n))
+
+
 __all__ = [
     "Config", "ConfigError", "DynamiqError", "HookState", "MalformedMessage", "TransportError",
-    "all_reduce", "available_modes", "built_with_cuda", "cpu_isa", "lossless_stats", "register", "simulate",
+    "all_reduce", "available_modes", "built_with_cuda", "cpu_isa", "cpu_threads", "lossless_stats", "register",
+    "set_cpu_threads", "simulate",
 ]

@@ -1,0 +1,207 @@
+// Splitting codec calls over CPU threads (csrc/kernels/parallel.h): the
+// split covers every unit once, exceptions come back to the caller, the
+// setting is validated, concurrent callers do not deadlock, and every DynamiQ
+// kernel gives the same bytes / float bits with 1, 2 and 3 threads as the
+// single-threaded call (blocks that do not start at wire position 0 included,
+// so parts must find their own wire offsets).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+#include "kernels/dynamiq_codec.h"
+#include "kernels/parallel.h"
+#include "test_dynamiq_util.h"
+
+namespace dynamiq {
+namespace {
+
+using namespace dqtest;
+
+struct ThreadScope {
+  int before;
+  explicit ThreadScope(int n) : before(dynamiq_set_cpu_threads(n)) {}
+  ~ThreadScope() { dynamiq_set_cpu_threads(before); }
+  ThreadScope(const ThreadScope&) = delete;
+  ThreadScope& operator=(const ThreadScope&) = delete;
+};
+
+TEST(Parallel, SettingIsValidatedAndReturnsThePreviousValue) {
+  const int start = dynamiq_cpu_threads();
+  EXPECT_GE(start, 1);
+  EXPECT_THROW(dynamiq_set_cpu_threads(0), Error);
+  EXPECT_THROW(dynamiq_set_cpu_threads(-3), Error);
+  EXPECT_THROW(dynamiq_set_cpu_threads(257), Error);
+  EXPECT_EQ(dynamiq_cpu_threads(), start);
+  EXPECT_EQ(dynamiq_set_cpu_threads(5), start);
+  EXPECT_EQ(dynamiq_cpu_threads(), 5);
+  EXPECT_EQ(dynamiq_set_cpu_threads(start), 5);
+}
+
+TEST(Parallel, PartsCoverEveryUnitOnceInContiguousRuns) {
+  for (int threads : {1, 2, 3, 4, 7}) {
+    ThreadScope ts(threads);
+    for (int64_t n : {0, 1, 5, 63, 64, 65, 1000, 1001}) {
+      for (int64_t min_units : {1, 16, 64}) {
+        const int64_t w0 = 17;
+        std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
+        for (auto& h : hits) h = 0;
+        std::atomic<int> calls{0};
+        std::atomic<int64_t> smallest{INT64_MAX};
+        parallel_units(w0, w0 + n, min_units, [&](int64_t u0, int64_t u1) {
+          ASSERT_LE(w0, u0);
+          ASSERT_LT(u0, u1);
+          ASSERT_LE(u1, w0 + n);
+          for (int64_t u = u0; u < u1; ++u) hits[size_t(u - w0)]++;
+          calls++;
+          int64_t cur = smallest.load();
+          while (u1 - u0 < cur && !smallest.compare_exchange_weak(cur, u1 - u0)) {
+          }
+        });
+        for (int64_t u = 0; u < n; ++u) ASSERT_EQ(hits[size_t(u)].load(), 1) << "unit " << u;
+        const int64_t expect_parts =
+            n == 0 ? 0 : std::min<int64_t>(threads, std::max<int64_t>(1, n / min_units));
+        EXPECT_EQ(calls.load(), expect_parts) << "threads " << threads << " n " << n;
+        if (calls.load() > 1) {
+          EXPECT_GE(smallest.load(), min_units);
+        }
+      }
+    }
+  }
+}
+
+TEST(Parallel, AnExceptionInAnyPartReachesTheCaller) {
+  ThreadScope ts(3);
+  for (int bad = 0; bad < 3; ++bad) {
+    std::atomic<int> done{0};
+    EXPECT_THROW(parallel_units(0, 300, 1,
+                                [&](int64_t u0, int64_t) {
+                                  if (u0 == 100 * bad) throw Error("part failed");
+                                  done++;
+                                }),
+                 Error);
+    EXPECT_EQ(done.load(), 2);  // the other parts still ran to the end
+  }
+  // and the helpers are usable afterwards
+  std::atomic<int64_t> sum{0};
+  parallel_units(0, 300, 1, [&](int64_t u0, int64_t u1) { sum += u1 - u0; });
+  EXPECT_EQ(sum.load(), 300);
+}
+
+TEST(Parallel, ConcurrentCallersAllFinish) {
+  ThreadScope ts(2);
+  std::atomic<int64_t> total{0};
+  std::vector<std::thread> callers;
+  for (int c = 0; c < 4; ++c)
+    callers.emplace_back([&] {
+      for (int k = 0; k < 200; ++k)
+        parallel_units(0, 64, 1, [&](int64_t u0, int64_t u1) { total += u1 - u0; });
+    });
+  for (auto& t : callers) t.join();
+  EXPECT_EQ(total.load(), int64_t(4) * 200 * 64);
+}
+
+// ---- every DynamiQ kernel: threads give the single-threaded bytes ------------------
+
+struct Outputs {
+  std::vector<uint8_t> comp, fused;
+  std::vector<float> acc;
+  std::vector<uint8_t> dec;  // the decompressed bucket's bytes
+};
+
+Outputs run_kernels(const DynamiqCodec& codec, const Plan& plan, const Block& blk, DType dt,
+                    const std::vector<uint8_t>& bucket, const std::vector<uint8_t>& msg,
+                    const RngCtx& rng) {
+  Outputs o;
+  Local x;
+  x.bucket = bucket.data();
+  const size_t bytes = codec.static_bytes(plan, blk);
+  o.comp.assign(bytes, 0);
+  EXPECT_EQ(codec.compress(x, plan, blk, rng, o.comp.data()), bytes);
+  o.fused.assign(bytes, 0);
+  EXPECT_EQ(codec.decompress_accumulate_recompress(msg.data(), bytes, x, plan, blk, rng,
+                                                   o.fused.data()),
+            bytes);
+  o.acc.assign(size_t(blk.units() * plan.unit), -1.0f);
+  codec.decompress_accumulate(msg.data(), bytes, x, plan, blk, o.acc.data());
+  o.dec.assign(bucket.size(), 0xAB);
+  Output y;
+  y.bucket = o.dec.data();
+  y.bias_scale = 4.0f;
+  y.divisor = 4.0f;
+  codec.decompress(msg.data(), bytes, plan, blk, y);
+  (void)dt;
+  return o;
+}
+
+TEST(Parallel, DynamiqKernelsAreBitIdenticalWithThreads) {
+  const DynamiqParams prm;
+  const DynamiqCodec codec(prm);
+  const int S = prm.fmt.S;
+  const int64_t units = 1000;
+  const int64_t numel = units * S - 77;  // a partial last unit
+  std::mt19937_64 g(11);
+  std::vector<uint8_t> bits(static_cast<size_t>(units));
+  const uint8_t choices[] = {2, 4, 8, 2, 4, 16, 1};
+  for (auto& b : bits) b = choices[g() % 7];
+  std::vector<int32_t> order(static_cast<size_t>(units));
+  std::iota(order.begin(), order.end(), 0);
+  std::shuffle(order.begin(), order.end(), g);
+  std::vector<float> bias(static_cast<size_t>(units));
+  for (auto& v : bias) v = float(int(g() % 200) - 100) * 1e-3f;
+  const std::vector<float> xf = student_t3(size_t(numel), 5);
+  const std::vector<float> yf = gaussian(size_t(numel), 6);
+
+  for (DType dt : {DType::kF32, DType::kBF16}) {
+    std::vector<uint8_t> bucket(size_t(numel) * size_t(dtype_size(dt)));
+    if (dt == DType::kF32) {
+      std::memcpy(bucket.data(), xf.data(), bucket.size());
+    } else {
+      uint16_t* h = reinterpret_cast<uint16_t*>(bucket.data());
+      for (int64_t i = 0; i < numel; ++i) h[i] = f32_to_bf16(xf[size_t(i)]);
+    }
+    const Plan plan = make_dynamiq_plan(dt, numel, prm.fmt, bits, order, bias, 1);
+    // whole bucket, and a block that starts and ends inside it
+    for (const Block blk : {Block{0, units}, Block{123, 123 + 700}}) {
+      for (int rounding = 0; rounding < 3; ++rounding) {
+        RngCtx rng = rng_ctx(3, 9, /*rank=*/2, /*world=*/rounding == 2 ? 11 : 5, rounding != 0);
+        // the "received" message: another rank's compression of y over the same block
+        Local ly;
+        ly.bucket = yf.data();
+        const Plan pf = make_dynamiq_plan(DType::kF32, numel, prm.fmt, bits, order, bias, 1);
+        std::vector<uint8_t> msg(codec.static_bytes(pf, blk));
+        {
+          ThreadScope one(1);
+          codec.compress(ly, pf, blk, rng, msg.data());
+        }
+        Outputs ref;
+        {
+          ThreadScope one(1);
+          ref = run_kernels(codec, plan, blk, dt, bucket, msg, rng);
+        }
+        for (int threads : {2, 3}) {
+          ThreadScope ts(threads);
+          const Outputs got = run_kernels(codec, plan, blk, dt, bucket, msg, rng);
+          const std::string what = std::string(dt == DType::kF32 ? "fp32" : "bf16") + " block " +
+                                   std::to_string(blk.w0) + " rounding " +
+                                   std::to_string(rounding) + " threads " +
+                                   std::to_string(threads);
+          EXPECT_TRUE(got.comp == ref.comp) << "compress " << what;
+          EXPECT_TRUE(got.fused == ref.fused) << "fused " << what;
+          EXPECT_EQ(0, std::memcmp(got.acc.data(), ref.acc.data(), ref.acc.size() * sizeof(float)))
+              << "decompress_accumulate " << what;
+          EXPECT_TRUE(got.dec == ref.dec) << "decompress " << what;
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace dynamiq
