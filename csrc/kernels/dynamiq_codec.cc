@@ -1127,12 +1127,12 @@ inline void broadcast_groups(const float* __restrict v, int G, int s, float* __r
 }
 
 // One value per 16-element run from per-group values (s a multiple of 16):
-// the group values themselves when s = 16, else each repeated s/16 times in buf.
+// the group values themselves when s = 16 (no copy: a copy loop with one
+// iteration per group cost more than the division it replaces), else each
+// repeated s/16 times in buf.
 inline const float* per_run16(const float* v, int G, int s, float* buf) {
   if (s == 16) return v;
-  const int r = s / 16;
-  for (int k = 0; k < G; ++k)
-    for (int i = 0; i < r; ++i) buf[k * r + i] = v[k];
+  broadcast_groups(v, G, s / 16, buf);
   return buf;
 }
 

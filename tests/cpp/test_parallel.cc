@@ -115,7 +115,7 @@ struct Outputs {
   std::vector<uint8_t> dec;  // the decompressed bucket's bytes
 };
 
-Outputs run_kernels(const DynamiqCodec& codec, const Plan& plan, const Block& blk, DType dt,
+Outputs run_kernels(const DynamiqCodec& codec, const Plan& plan, const Block& blk,
                     const std::vector<uint8_t>& bucket, const std::vector<uint8_t>& msg,
                     const RngCtx& rng) {
   Outputs o;
@@ -136,7 +136,6 @@ Outputs run_kernels(const DynamiqCodec& codec, const Plan& plan, const Block& bl
   y.bias_scale = 4.0f;
   y.divisor = 4.0f;
   codec.decompress(msg.data(), bytes, plan, blk, y);
-  (void)dt;
   return o;
 }
 
@@ -183,11 +182,11 @@ TEST(Parallel, DynamiqKernelsAreBitIdenticalWithThreads) {
         Outputs ref;
         {
           ThreadScope one(1);
-          ref = run_kernels(codec, plan, blk, dt, bucket, msg, rng);
+          ref = run_kernels(codec, plan, blk, bucket, msg, rng);
         }
         for (int threads : {2, 3}) {
           ThreadScope ts(threads);
-          const Outputs got = run_kernels(codec, plan, blk, dt, bucket, msg, rng);
+          const Outputs got = run_kernels(codec, plan, blk, bucket, msg, rng);
           const std::string what = std::string(dt == DType::kF32 ? "fp32" : "bf16") + " block " +
                                    std::to_string(blk.w0) + " rounding " +
                                    std::to_string(rounding) + " threads " +
