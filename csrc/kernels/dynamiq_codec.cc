@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdint>
 #include <cstdlib>
 #include <cmath>
 #include <cstring>
@@ -176,6 +177,21 @@ DynamiqTables::DynamiqTables(const DynamiqParams& p) {
     for (int32_t j = 0; j < lv.m; ++j)
       level_pair_[wi].push_back(uint64_t(f32_bits(lv.level[j])) |
                                 (uint64_t(f32_bits(lv.invgap[j])) << 32));
+  }
+  {
+    const DqLevels& lv = view_.lv[dynamiq_width_index(4)];
+    // cells [0, ncells - 1) cover [cell_base, 1.0); the last one starts at 1.0
+    for (int32_t j = 0; j <= lv.m; ++j) w4_.level16[j] = lv.level[j];
+    for (int32_t j = 0; j < lv.m; ++j) w4_.invgap16[j] = lv.invgap[j];
+    w4_.ok = lv.ncells >= 2 && lv.ncells - 1 <= 32;
+    if (w4_.ok) {
+      w4_.last_cell = lv.ncells - 2;
+      for (int32_t c = 0; c <= w4_.last_cell; ++c) {
+        const int32_t j = lv.cell[c];
+        w4_.cell_j[c] = j;
+        w4_.cell_next[c] = j == lv.m - 1 ? INT32_MAX : int32_t(f32_bits(lv.level[j + 1]));
+      }
+    }
   }
 }
 
@@ -800,10 +816,21 @@ DQ_AVX512_FN inline void gather_pairs16(const uint64_t* tab, __m512i idx, __m512
 
 // encode_values_avx2 on 16 lanes with mask registers, for nb = S*B/8 a
 // multiple of 16: each iteration makes 16 code bytes from P = 8/B vectors.
+//
+// dq_round_up is evaluated scaled by K = 1/gscale (a power of two): with
+// u = w >> gshift (an integer, gamma = u / K), the rounding compares
+// K (pi + gamma) = pi K + u (or K n - (pi K + u) for a negative value) with
+// p (n K). Bit-identical to the unscaled comparisons: pi K + u and
+// K n - (pi K + u) are integers below 2^24 (exact, as pi + gamma and
+// n - (pi + gamma) are), and p (n K) = K RN(p n) exactly unless p n is
+// subnormal, where both sides round down (pi + gamma and n - (pi + gamma) are
+// >= 2^-17 there). It saves the multiply by gscale, the add of pi (an FMA
+// now) and three mask operations per vector.
 template <int B>
 DQ_AVX512_FN void encode_values_avx512(const DqLevels& lv, const uint64_t* __restrict cellp,
-                                       const uint64_t* __restrict levp, const DqRounding& rd, int S,
-                                       const float* __restrict t, const float* __restrict g16,
+                                       const uint64_t* __restrict levp,
+                                       const DynamiqTables::Width4Regs& w4, const DqRounding& rd,
+                                       int S, const float* __restrict t, const float* __restrict g16,
                                        const float* __restrict pi, const uint32_t* __restrict w,
                                        uint8_t* __restrict out) {
   // g16: the 1/normaliser of each run of 16 elements (S/16 values: s is a
@@ -819,25 +846,31 @@ DQ_AVX512_FN void encode_values_avx512(const DqLevels& lv, const uint64_t* __res
   const __m512i one_bits = _mm512_set1_epi32(0x3f800000);
   const __m512i one = _mm512_set1_epi32(1);
   const __m512 zero = _mm512_setzero_ps();
-  const __m512 nf = _mm512_set1_ps(rd.nf);
-  const __m512 gscale = _mm512_set1_ps(rd.gscale);
-  const __m512 half = _mm512_set1_ps(0.5f);
-  const __m128i gshift = _mm_cvtsi32_si128(int(rd.gshift));
+  const float K = 1.0f / rd.gscale;  // a power of two
+  const __m512 Kv = _mm512_set1_ps(K);
+  const __m512 nK = _mm512_set1_ps(rd.nf * K);
+  const __m512 halfK = _mm512_set1_ps(0.5f * K);
+  const __m512i gshift = _mm512_set1_epi32(int(rd.gshift));
   const bool stoch = rd.stochastic;
   const __m512i signbit = _mm512_set1_epi32(1 << (B - 1));
+  // width 4: levels and inverse gaps in registers (j <= 6), and the bracket
+  // search in two 32-entry tables when they fit (w4.ok), else a comparison
+  // against each level
   __m512 lv16 = zero, ig16 = zero;
-  __m512i lb[6];
+  __m512i lb[6], cj0, cj1, cn0, cn1;
+  const bool reg4 = B == 4 && w4.ok;
   if constexpr (B == 4) {
-    alignas(64) float l[16] = {0}, g[16] = {0};
-    for (int k = 0; k <= lv.m; ++k) l[k] = lv.level[k];
-    for (int k = 0; k < lv.m; ++k) g[k] = lv.invgap[k];
-    lv16 = _mm512_load_ps(l);
-    ig16 = _mm512_load_ps(g);
+    lv16 = _mm512_loadu_ps(w4.level16);
+    ig16 = _mm512_loadu_ps(w4.invgap16);
     for (int k = 1; k < 7; ++k) lb[k - 1] = _mm512_set1_epi32(int32_t(f32_bits(lv.level[k])));
+    cj0 = _mm512_loadu_si512(w4.cell_j);
+    cj1 = _mm512_loadu_si512(w4.cell_j + 16);
+    cn0 = _mm512_loadu_si512(w4.cell_next);
+    cn1 = _mm512_loadu_si512(w4.cell_next + 16);
   }
   const __m512i cbase = _mm512_set1_epi32(int32_t(lv.cell_base));
-  const __m128i cshift = _mm_cvtsi32_si128(lv.cell_shift);
-  const __m512i clast = _mm512_set1_epi32(lv.ncells - 1);
+  const __m512i cshift = _mm512_set1_epi32(lv.cell_shift);
+  const __m512i clast = _mm512_set1_epi32(B == 4 ? w4.last_cell : lv.ncells - 1);
   const __m512i mm1 = _mm512_set1_epi32(lv.m - 1);
 
   auto code16 = [&](int i) DQ_AVX512_FN -> __m512i {
@@ -853,12 +886,20 @@ DQ_AVX512_FN void encode_values_avx512(const DqLevels& lv, const uint64_t* __res
       j = _mm512_setzero_si512();
       p = a;
     } else if constexpr (B == 4) {
-      j = _mm512_setzero_si512();
-      for (int k = 0; k < 6; ++k)  // ab >= level[k+1] bits (signed compare, as dq_bracket)
-        j = _mm512_mask_add_epi32(j, _mm512_cmpge_epi32_mask(ab, lb[k]), j, one);
+      if (reg4) {
+        __m512i c = _mm512_srav_epi32(_mm512_sub_epi32(ab, cbase), cshift);
+        c = _mm512_min_epi32(_mm512_max_epi32(c, _mm512_setzero_si512()), clast);
+        j = _mm512_permutex2var_epi32(cj0, c, cj1);  // cell[c]
+        const __m512i next = _mm512_permutex2var_epi32(cn0, c, cn1);
+        j = _mm512_mask_add_epi32(j, _mm512_cmpge_epi32_mask(ab, next), j, one);
+      } else {
+        j = _mm512_setzero_si512();
+        for (int k = 0; k < 6; ++k)  // ab >= level[k+1] bits (signed compare, as dq_bracket)
+          j = _mm512_mask_add_epi32(j, _mm512_cmpge_epi32_mask(ab, lb[k]), j, one);
+      }
       p = _mm512_mul_ps(_mm512_sub_ps(a, _mm512_permutexvar_ps(j, lv16)), _mm512_permutexvar_ps(j, ig16));
     } else {
-      __m512i c = _mm512_sra_epi32(_mm512_sub_epi32(ab, cbase), cshift);
+      __m512i c = _mm512_srav_epi32(_mm512_sub_epi32(ab, cbase), cshift);
       c = _mm512_max_epi32(c, _mm512_setzero_si512());
       c = _mm512_min_epi32(c, clast);
       __m512i next, lj, gj;
@@ -868,18 +909,16 @@ DQ_AVX512_FN void encode_values_avx512(const DqLevels& lv, const uint64_t* __res
       gather_pairs16(levp, j, lj, gj);  // level[j], invgap[j]
       p = _mm512_mul_ps(_mm512_sub_ps(a, _mm512_castsi512_ps(lj)), _mm512_castsi512_ps(gj));
     }
-    // dq_round_up
-    __m512 gam = half;
+    // dq_round_up, scaled by K (see above)
+    __m512 vK = halfK;
     if (stoch) {
       const __m512i wv = i < h ? _mm512_or_si512(_mm512_slli_epi32(_mm512_loadu_si512(w + i), 16), mid)
                                : _mm512_ternarylogic_epi32(_mm512_loadu_si512(w + i - h), himask, mid, 0xEA);
-      gam = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srl_epi32(wv, gshift)), gscale);
+      vK = _mm512_cvtepi32_ps(_mm512_srlv_epi32(wv, gshift));
     }
-    const __m512 v = pi ? _mm512_add_ps(_mm512_loadu_ps(pi + i), gam) : _mm512_add_ps(zero, gam);
-    const __m512 vn = _mm512_sub_ps(nf, v);
-    const __m512 pn = _mm512_mul_ps(p, nf);
-    const __mmask16 up = (_mm512_cmp_ps_mask(v, pn, _CMP_LT_OQ) & __mmask16(~negm)) |
-                         (_mm512_cmp_ps_mask(vn, pn, _CMP_LT_OQ) & negm);
+    if (pi) vK = _mm512_fmadd_ps(_mm512_loadu_ps(pi + i), Kv, vK);  // exact
+    const __m512 side = _mm512_mask_sub_ps(vK, negm, nK, vK);      // negative: K n - K v
+    const __mmask16 up = _mm512_cmp_ps_mask(side, _mm512_mul_ps(p, nK), _CMP_LT_OQ);
     j = _mm512_mask_add_epi32(j, up, j, one);
     return _mm512_mask_or_epi32(j, negm, j, signbit);
   };
@@ -1326,7 +1365,8 @@ void encode_sg(const Ctx& cx, const DqRounding& rd, int64_t src, Work& ws, uint8
         const int wi = dynamiq_width_index(B);
 #if defined(DQ_HAVE_AVX512)
         if (v512) {
-          encode_values_avx512<B>(lv, cx.tables.cell_pair(wi), cx.tables.level_pair(wi), rd, S, t,
+          encode_values_avx512<B>(lv, cx.tables.cell_pair(wi), cx.tables.level_pair(wi),
+                                  cx.tables.width4_regs(), rd, S, t,
                                   per_run16(ws.ginv.data(), G, s, ws.g16.data()),
                                   rd.correlated ? pi : nullptr, w, codes_out);
           return;

@@ -77,6 +77,7 @@ class DynamiqTables {
       cell_pair_[wi] = o.cell_pair_[wi];
       level_pair_[wi] = o.level_pair_[wi];
     }
+    w4_ = o.w4_;
   }
   DynamiqTables& operator=(const DynamiqTables& o) {
     if (this != &o) *this = DynamiqTables(o);
@@ -97,6 +98,21 @@ class DynamiqTables {
   // level_pair[j] = (bits of level[j], bits of invgap[j]), j < m.
   const uint64_t* cell_pair(int wi) const { return cell_pair_[wi].data(); }
   const uint64_t* level_pair(int wi) const { return level_pair_[wi].data(); }
+  // CPU-only: width 4's bracket search as two 32-entry register tables (the
+  // AVX-512 loop looks them up with vpermt2d instead of comparing against
+  // every level), usable when its cells below 1.0 number at most 32
+  // (`ok`; true for the default eps): cell_j[c] = cell[c] and cell_next[c] =
+  // bits of level[cell[c] + 1], or INT32_MAX when cell[c] = m - 1 (no step past
+  // the last bracket); level16[j] = level[j] (j <= m), invgap16[j] = invgap[j]
+  // (j < m), zero beyond; last_cell = the last cell below 1.0 (a = 1.0 takes it:
+  // at most one level lies between its start and 1.0, so one step still suffices).
+  struct Width4Regs {
+    bool ok = false;
+    int32_t last_cell = 0;
+    int32_t cell_j[32] = {0}, cell_next[32] = {0};
+    float level16[16] = {0}, invgap16[16] = {0};
+  };
+  const Width4Regs& width4_regs() const { return w4_; }
   DqTables rebased(const uint8_t* base) const;
 
  private:
@@ -104,6 +120,7 @@ class DynamiqTables {
   DqTables offsets_;  // pointers hold byte offsets into image_
   DqTables view_;
   std::vector<uint64_t> cell_pair_[4], level_pair_[4];
+  Width4Regs w4_;
 };
 
 class DynamiqCodec final : public Codec {
