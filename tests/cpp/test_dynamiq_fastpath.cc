@@ -162,6 +162,8 @@ struct Case {
   bool corr, stochastic;
   int data;  // 0 gaussian, 1 outliers/zeros/denormals, 2 with nan/inf
   int64_t numel;
+  float eps4 = -1.0f, eps8 = -1.0f;  // >= 0: this eps for width 4 / 8 (else the default)
+  bool uniform = false;              // DynamiqParams::uniform_levels
 };
 
 std::string describe(const Case& c) {
@@ -170,7 +172,8 @@ std::string describe(const Case& c) {
          std::to_string(c.stochastic_scales) + " dtype=" + dtype_name(c.dt) +
          " world=" + std::to_string(c.world) + " corr=" + std::to_string(c.corr) +
          " stochastic=" + std::to_string(c.stochastic) + " data=" + std::to_string(c.data) +
-         " numel=" + std::to_string(c.numel);
+         " numel=" + std::to_string(c.numel) + " eps4=" + std::to_string(c.eps4) +
+         " eps8=" + std::to_string(c.eps8) + " uniform=" + std::to_string(c.uniform);
 }
 
 std::vector<float> make_data(int kind, int64_t n, uint64_t seed) {
@@ -198,6 +201,9 @@ void run_case(const Case& c, uint64_t seed) {
   DynamiqParams prm;
   prm.fmt = c.fmt;
   prm.stochastic_group_scales = c.stochastic_scales;
+  if (c.eps4 >= 0.0f) prm.eps[2] = c.eps4;
+  if (c.eps8 >= 0.0f) prm.eps[3] = c.eps8;
+  prm.uniform_levels = c.uniform;
   const DynamiqCodec codec(prm);
   const DqTables& tb = codec.tables().view();
   const int S = c.fmt.S;
@@ -387,7 +393,43 @@ void other_formats_and_fallbacks() {
           }
 }
 
-// Both tests run under every CPU ISA this machine has (AVX2, and AVX-512 when
+// Other level sets: the width-4 bracket search has a register-table path
+// (cells below 1.0 fit 32 entries: the default eps 0.30 fills all 32, eps 0.1
+// and uniform levels 24) and a compare-against-every-level fallback (eps 0.5:
+// 48 cells); width 8 with another eps gets other cells.
+void other_levels() {
+  struct Lv {
+    float eps4, eps8;
+    bool uniform;
+  };
+  const Lv lvs[] = {{0.1f, -1.0f, false}, {0.5f, 0.03f, false}, {0.9f, -1.0f, false}, {0.0f, 0.0f, true}};
+  const std::vector<std::vector<uint8_t>> mixes = {{4}, {8, 4, 2}};
+  uint64_t seed = 5000;
+  for (const Lv& l : lvs)
+    for (DType dt : {DType::kF32, DType::kBF16})
+      for (const auto& bits : mixes)
+        for (const Rounding& rr : kRoundings) {
+          Case c;
+          c.stochastic_scales = false;
+          c.dt = dt;
+          c.bits = bits;
+          c.shuffle = (seed % 2) == 0;
+          c.bias = (seed % 3) != 0;
+          c.world = rr.world;
+          c.rank = int(seed % uint64_t(rr.world));
+          c.corr = rr.corr;
+          c.stochastic = rr.stochastic;
+          c.data = int(seed % 2);
+          c.numel = 256 * 7 + int64_t(seed % 250);
+          c.eps4 = l.eps4;
+          c.eps8 = l.eps8;
+          c.uniform = l.uniform;
+          run_case(c, seed++);
+          if (::testing::Test::HasFatalFailure()) return;
+        }
+}
+
+// The tests run under every CPU ISA this machine has (AVX2, and AVX-512 when
 // present): each ISA's kernels must equal the shared per-element functions.
 void under_every_isa(void (*body)()) {
   for (const std::string& isa : available_cpu_isas()) {
@@ -403,6 +445,8 @@ TEST(DynamiqFastPath, EveryKernelMatchesTheSharedPerElementFunctions) {
 }
 
 TEST(DynamiqFastPath, OtherFormatsAndFallbacks) { under_every_isa(other_formats_and_fallbacks); }
+
+TEST(DynamiqFastPath, OtherLevelSets) { under_every_isa(other_levels); }
 
 }  // namespace
 }  // namespace dynamiq
