@@ -1650,12 +1650,17 @@ size_t DynamiqCodec::decompress_accumulate_recompress(const uint8_t* in, size_t 
       const int64_t src = plan.src_unit(w);
       const int bits = plan.bits[size_t(src)];
       const int64_t sg = dynamiq_sg_bytes(bits, p_.fmt);
-      if (w + ahead < u1) prefetch_unit(x, plan, w + ahead);
+      // the unit `ahead` positions on, in two halves: a burst of 16 line
+      // prefetches fills the line-fill buffers and stalls the loads behind it
+      // (0.96-0.97 against 0.99-1.02 ns/element, fp32 mix5 at 64 MiB)
+      const bool pf = w + ahead < u1;
+      if (pf) prefetch_unit(x, plan, w + ahead, 0, 2);
       load_unit(x, plan, w, local.data());
       dispatch_width(bits, [&](auto B) {
         constexpr int BB = decltype(B)::value;
         decode_sg<BB>(cx, p, local.data(), ws, ws.tile.data());
         zero_padding(plan, src, ws.tile.data());
+        if (pf) prefetch_unit(x, plan, w + ahead, 1, 2);
         encode_sg<BB>(cx, rd, src, ws, o);
       });
       p += sg;

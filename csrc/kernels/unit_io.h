@@ -52,7 +52,8 @@ inline void store_unit_t(const Output& y, const Plan& plan, int64_t w, const flo
 // loop over wire positions to issue a few units ahead: on this kind of
 // machine the hardware prefetchers do not run far enough ahead of a
 // compute-heavy loop, and the loads otherwise wait on DRAM one unit at a time.
-inline void prefetch_unit(const Local& x, const Plan& plan, int64_t w) {
+// part/nparts: only that share of the unit's lines (a loop can spread them).
+inline void prefetch_unit(const Local& x, const Plan& plan, int64_t w, int part = 0, int nparts = 1) {
   if (w >= plan.num_units) return;
   const char* p;
   int64_t bytes;
@@ -65,7 +66,9 @@ inline void prefetch_unit(const Local& x, const Plan& plan, int64_t w) {
     p = static_cast<const char*>(x.bucket) + plan.unit_elem_begin(s) * esz;
     bytes = plan.unit_elem_count(s) * esz;
   }
-  for (int64_t o = 0; o < bytes; o += 64) __builtin_prefetch(p + o, 0, 3);
+  const int64_t lines = (bytes + 63) / 64;
+  for (int64_t l = lines * part / nparts; l < lines * (part + 1) / nparts; ++l)
+    __builtin_prefetch(p + 64 * l, 0, 3);
   // gcc 12 finds this function free of side effects (it does not count
   // prefetches) and deletes the calls; an empty volatile asm keeps them.
   asm volatile("" : : "r"(p));
