@@ -717,10 +717,11 @@ void encode_values_avx2(const DqLevels& lv, const uint64_t* __restrict cellp,
   const __m256i absmask = _mm256_set1_epi32(0x7fffffff);
   const __m256i one_bits = _mm256_set1_epi32(0x3f800000);
   const __m256 zero = _mm256_setzero_ps();
-  const __m256 nf = _mm256_set1_ps(rd.nf);
-  const __m256 gscale = _mm256_set1_ps(rd.gscale);
-  const __m256 half = _mm256_set1_ps(0.5f);
-  const __m128i gshift = _mm_cvtsi32_si128(int(rd.gshift));
+  const float K = 1.0f / rd.gscale;  // a power of two
+  const __m256 Kv = _mm256_set1_ps(K);
+  const __m256 nK = _mm256_set1_ps(rd.nf * K);
+  const __m256 halfK = _mm256_set1_ps(0.5f * K);
+  const __m256i gshift = _mm256_set1_epi32(int(rd.gshift));
   const bool stoch = rd.stochastic;
   const __m256i signbit = _mm256_set1_epi32(1 << (B - 1));
   // width 4: levels and inverse gaps in registers (j <= 6)
@@ -769,17 +770,15 @@ void encode_values_avx2(const DqLevels& lv, const uint64_t* __restrict cellp,
       gather_pairs(levp, j, lj, gj);  // level[j], invgap[j]
       p = _mm256_mul_ps(_mm256_sub_ps(a, _mm256_castsi256_ps(lj)), _mm256_castsi256_ps(gj));
     }
-    // dq_round_up
-    __m256 gam = half;
+    // dq_round_up, scaled by K = 1/gscale (exact: see encode_values_avx512)
+    __m256 vK = halfK;
     if (stoch) {
       const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + i));
-      gam = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_srl_epi32(wv, gshift)), gscale);
+      vK = _mm256_cvtepi32_ps(_mm256_srlv_epi32(wv, gshift));
     }
-    const __m256 v = pi ? _mm256_add_ps(_mm256_loadu_ps(pi + i), gam) : _mm256_add_ps(zero, gam);
-    const __m256 vn = _mm256_sub_ps(nf, v);
-    const __m256 pn = _mm256_mul_ps(p, nf);
-    const __m256 up = _mm256_blendv_ps(_mm256_cmp_ps(v, pn, _CMP_LT_OQ),
-                                       _mm256_cmp_ps(vn, pn, _CMP_LT_OQ), negm);
+    if (pi) vK = _mm256_fmadd_ps(_mm256_loadu_ps(pi + i), Kv, vK);
+    const __m256 side = _mm256_blendv_ps(vK, _mm256_sub_ps(nK, vK), negm);
+    const __m256 up = _mm256_cmp_ps(side, _mm256_mul_ps(p, nK), _CMP_LT_OQ);
     j = _mm256_sub_epi32(j, _mm256_castps_si256(up));
     return _mm256_or_si256(j, _mm256_and_si256(_mm256_castps_si256(negm), signbit));
   };
