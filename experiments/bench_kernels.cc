@@ -4,6 +4,10 @@
 //
 //   build/cpp/bench_kernels [numel=16777216] [min_seconds=0.4] [filter]
 // filter: a substring of "dtype/widths/rounding/kernel", e.g. "float32/mix5".
+// DYNAMIQ_BENCH_HUGEPAGES=1: every large buffer (the buckets, messages,
+// accumulator and the memcpy pair) on 2 MiB pages (madvise(MADV_HUGEPAGE)), as
+// torch's CPU allocator does with THP_MEM_ALLOC_ENABLE=1; default: 4 KiB pages
+// (this machine's transparent huge pages are "madvise" only).
 //
 // Kernels: stats (dynamiq_local_stats), compress (leaf), decompress (final
 // values into the bucket), decompress_accumulate (into a float accumulator),
@@ -25,6 +29,8 @@
 #include <random>
 #include <string>
 #include <vector>
+
+#include <sys/mman.h>
 
 #include "kernels/dynamiq_codec.h"
 #include "kernels/dynamiq_stats.h"
@@ -63,6 +69,51 @@ double time_best(const std::function<void()>& fn, double min_s) {
 
 volatile uint8_t g_sink;
 
+bool huge_pages() {
+  static const bool on = [] {
+    const char* e = std::getenv("DYNAMIQ_BENCH_HUGEPAGES");
+    return e != nullptr && std::string(e) == "1";
+  }();
+  return on;
+}
+
+// The benchmark's buffers: 2 MiB-aligned and advised onto huge pages when
+// huge_pages(), else 64-byte aligned. (The advice is only a request: the
+// header line reports what the kernel granted.)
+template <typename T>
+struct BenchAlloc {
+  using value_type = T;
+  BenchAlloc() = default;
+  template <typename U>
+  BenchAlloc(const BenchAlloc<U>&) {}
+  T* allocate(size_t n) {
+    constexpr size_t kHuge = size_t(2) << 20;
+    const size_t bytes = std::max<size_t>(n * sizeof(T), 64);
+    const size_t align = huge_pages() && bytes >= kHuge ? kHuge : 64;
+    void* p = std::aligned_alloc(align, (bytes + align - 1) / align * align);
+    if (p == nullptr) throw std::bad_alloc();
+    if (align == kHuge) madvise(p, (bytes + align - 1) / align * align, MADV_HUGEPAGE);
+    return static_cast<T*>(p);
+  }
+  void deallocate(T* p, size_t) { std::free(p); }
+  template <typename U>
+  bool operator==(const BenchAlloc<U>&) const { return true; }
+};
+template <typename T>
+using Buf = std::vector<T, BenchAlloc<T>>;
+
+// AnonHugePages of this process (kB), from /proc/self/smaps_rollup; -1 if unreadable.
+long anon_huge_kb() {
+  FILE* f = std::fopen("/proc/self/smaps_rollup", "r");
+  if (f == nullptr) return -1;
+  char line[256];
+  long kb = -1;
+  while (std::fgets(line, sizeof line, f) != nullptr)
+    if (std::sscanf(line, "AnonHugePages: %ld kB", &kb) == 1) break;
+  std::fclose(f);
+  return kb;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -76,10 +127,10 @@ int main(int argc, char** argv) {
 
   std::mt19937_64 g(1);
   std::normal_distribution<float> nd(0.0f, 1.0f);
-  std::vector<float> xf(static_cast<size_t>(numel)), yf(static_cast<size_t>(numel));
+  Buf<float> xf(static_cast<size_t>(numel)), yf(static_cast<size_t>(numel));
   for (auto& v : xf) v = nd(g);
   for (auto& v : yf) v = nd(g);
-  std::vector<uint16_t> xb(static_cast<size_t>(numel)), yb(static_cast<size_t>(numel));
+  Buf<uint16_t> xb(static_cast<size_t>(numel)), yb(static_cast<size_t>(numel));
   for (int64_t i = 0; i < numel; ++i) {
     xb[size_t(i)] = f32_to_bf16(xf[size_t(i)]);
     yb[size_t(i)] = f32_to_bf16(yf[size_t(i)]);
@@ -94,6 +145,8 @@ int main(int argc, char** argv) {
               prm.stochastic_group_scales ? "stochastic" : "up");
   std::printf("# memcpy column: the same bytes copied right after each row's kernel (best of %.2g s)\n",
               min_s / 2);
+  std::printf("# pages: %s (DYNAMIQ_BENCH_HUGEPAGES=1 asks for 2 MiB); AnonHugePages after the inputs: %ld kB\n",
+              huge_pages() ? "2 MiB requested" : "4 KiB", anon_huge_kb());
   std::printf("%-6s %-10s %-12s %-24s %9s %9s %7s %9s\n", "dtype", "widths", "rounding", "kernel",
               "GB/s", "memcpy", "ratio", "ns/elem");
 
@@ -137,7 +190,7 @@ int main(int argc, char** argv) {
   for (DType dt : {DType::kF32, DType::kBF16}) {
     const void* xin = dt == DType::kF32 ? static_cast<const void*>(xf.data()) : xb.data();
     const size_t in_bytes = size_t(numel) * size_t(dtype_size(dt));
-    std::vector<uint8_t> src(in_bytes), dst(in_bytes);
+    Buf<uint8_t> src(in_bytes), dst(in_bytes);
     std::memcpy(src.data(), xin, in_bytes);
     // memcpy bandwidth drifts with the machine's load (7-13 GB/s in one
     // session), so each row's memcpy is timed right after its kernel
@@ -171,8 +224,8 @@ int main(int argc, char** argv) {
       Plan pf = make_dynamiq_plan(DType::kF32, numel, prm.fmt, mx.bits, width_order(mx.bits), bias, 1);
       const Block all{0, units};
       const size_t wb = codec.static_bytes(p, all);
-      std::vector<uint8_t> msg(wb), out(wb);
-      std::vector<float> acc(size_t(units) * size_t(S));
+      Buf<uint8_t> msg(wb), out(wb);
+      Buf<float> acc(size_t(units) * size_t(S));
       Local lx;
       lx.bucket = xin;
       for (const Round& rd : rounds) {
@@ -206,7 +259,7 @@ int main(int argc, char** argv) {
                    codec.decompress_accumulate(msg.data(), wb, lx, p, all, acc.data());
                  }, min_s));
         if (want("decompress")) {
-          std::vector<uint8_t> bucket(in_bytes);
+          Buf<uint8_t> bucket(in_bytes);
           Output y;
           y.bucket = bucket.data();
           y.bias_scale = 8.0f;
@@ -216,5 +269,6 @@ int main(int argc, char** argv) {
       }
     }
   }
+  std::printf("# AnonHugePages at the end: %ld kB\n", anon_huge_kb());
   return 0;
 }
