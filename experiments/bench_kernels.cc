@@ -14,7 +14,7 @@
 // fused decompress_accumulate_recompress (middle hop). Widths 2, 4, 8 and a
 // "5-bit" mixture (30% 8-bit, 30% 4-bit, 40% 2-bit super-groups: 4.96 wire
 // bits per coordinate with the scales), rounding independent and correlated
-// (world 8: exact permutation table; world 16: swap-or-not). Plans look like
+// (worlds 4 and 8: exact permutation table; world 16: swap-or-not). Plans look like
 // the hook's: every super-group has its mean subtracted (plan.bias), and in
 // the mixture the widths are scattered over the bucket (drawn per super-group)
 // and the wire order groups them by width, as the allocator does, so the
@@ -184,8 +184,9 @@ int main(int argc, char** argv) {
     bool stochastic;
   };
   // "nearest" (no random numbers: biased, an ablation) shows what the RNG costs.
-  const Round rounds[] = {{"independent", false, 8, true}, {"corr n=8", true, 8, true},
-                          {"corr n=16", true, 16, true}, {"nearest", false, 8, false}};
+  const Round rounds[] = {{"independent", false, 8, true}, {"corr n=4", true, 4, true},
+                          {"corr n=8", true, 8, true},     {"corr n=16", true, 16, true},
+                          {"nearest", false, 8, false}};
 
   for (DType dt : {DType::kF32, DType::kBF16}) {
     const void* xin = dt == DType::kF32 ? static_cast<const void*>(xf.data()) : xb.data();

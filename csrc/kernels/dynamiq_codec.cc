@@ -609,6 +609,19 @@ DQ_AVX512_FN void fill_strata_avx512(const PermParams& pp, const uint8_t* col8, 
     const __m512i r = _mm512_set1_epi32(int(pp.rank));
     for (int i = 0; i < S; i += 16)
       _mm512_storeu_ps(pi + i, _mm512_cvtepi32_ps(_mm512_xor_si512(r, _mm512_srli_epi32(_mm512_loadu_si512(sw + i), 31))));
+  } else if (pp.n <= 4u) {
+    // n! <= 24 entries: the column as dwords in two registers, looked up
+    // with vpermt2d instead of a gather (masked loads: the column has n! bytes)
+    const uint32_t nfact = pp.nfact;
+    const __m512i nf = _mm512_set1_epi32(int(nfact));
+    const __mmask16 m0 = nfact >= 16 ? __mmask16(0xffff) : __mmask16((1u << nfact) - 1u);
+    const __mmask16 m1 = nfact > 16 ? __mmask16((1u << (nfact - 16)) - 1u) : __mmask16(0);
+    const __m512i t0 = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m0, col8));
+    const __m512i t1 = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m1, col8 + 16));
+    for (int i = 0; i < S; i += 16) {
+      const __m512i m = mulhi_epu32_avx512(_mm512_loadu_si512(sw + i), nf);  // < n!
+      _mm512_storeu_ps(pi + i, _mm512_cvtepi32_ps(_mm512_permutex2var_epi32(t0, m, t1)));
+    }
   } else if (pp.n <= uint32_t(kPermTableMaxN)) {
     const __m512i nf = _mm512_set1_epi32(int(pp.nfact));
     const __m512i lo = _mm512_set1_epi32(0xff);

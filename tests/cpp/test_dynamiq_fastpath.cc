@@ -333,8 +333,8 @@ struct Rounding {
   bool corr, stochastic;
 };
 const Rounding kRoundings[] = {{8, false, true},  {2, true, true},  {3, true, true},
-                               {8, true, true},   {9, true, true},  {17, true, true},
-                               {40, true, true},  {8, false, false}};
+                               {4, true, true},   {8, true, true},  {9, true, true},
+                               {17, true, true},  {40, true, true}, {8, false, false}};
 
 void every_kernel_default_format() {
   const std::vector<std::vector<uint8_t>> mixes = {{2}, {4}, {8}, {1}, {16}, {8, 4, 2, 16, 1, 2, 4, 8, 2}};
