@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
 #include "parallel.h"
 #include "unit_io.h"
@@ -838,13 +839,17 @@ DQ_AVX512_FN inline void gather_pairs16(const uint64_t* tab, __m512i idx, __m512
 // subnormal, where both sides round down (pi + gamma and n - (pi + gamma) are
 // >= 2^-17 there). It saves the multiply by gscale, the add of pi (an FMA
 // now) and three mask operations per vector.
-template <int B>
-DQ_AVX512_FN void encode_values_avx512(const DqLevels& lv, const uint64_t* __restrict cellp,
-                                       const uint64_t* __restrict levp,
-                                       const DynamiqTables::Width4Regs& w4, const DqRounding& rd,
-                                       int S, const float* __restrict t, const float* __restrict g16,
-                                       const float* __restrict pi, const uint32_t* __restrict w,
-                                       uint8_t* __restrict out) {
+//
+// Instantiated per (stochastic, correlated, width-4 register tables) so the
+// loop carries no run-time branches; which half of a Philox word an element
+// takes is known per call site (kHi).
+template <int B, bool kStoch, bool kCorr, bool kReg4>
+DQ_AVX512_FN void encode_values_avx512_t(const DqLevels& lv, const uint64_t* __restrict cellp,
+                                         const uint64_t* __restrict levp,
+                                         const DynamiqTables::Width4Regs& w4, const DqRounding& rd,
+                                         int S, const float* __restrict t,
+                                         const float* __restrict g16, const float* __restrict pi,
+                                         const uint32_t* __restrict w, uint8_t* __restrict out) {
   // g16: the 1/normaliser of each run of 16 elements (S/16 values: s is a
   // multiple of 16; indexing per run, not i / s, keeps an integer division out
   // of the loop); w: the S/2 Philox words of
@@ -863,14 +868,12 @@ DQ_AVX512_FN void encode_values_avx512(const DqLevels& lv, const uint64_t* __res
   const __m512 nK = _mm512_set1_ps(rd.nf * K);
   const __m512 halfK = _mm512_set1_ps(0.5f * K);
   const __m512i gshift = _mm512_set1_epi32(int(rd.gshift));
-  const bool stoch = rd.stochastic;
   const __m512i signbit = _mm512_set1_epi32(1 << (B - 1));
   // width 4: levels and inverse gaps in registers (j <= 6), and the bracket
   // search in two 32-entry tables when they fit (w4.ok), else a comparison
   // against each level
   __m512 lv16 = zero, ig16 = zero;
   __m512i lb[6], cj0, cj1, cn0, cn1;
-  const bool reg4 = B == 4 && w4.ok;
   if constexpr (B == 4) {
     lv16 = _mm512_loadu_ps(w4.level16);
     ig16 = _mm512_loadu_ps(w4.invgap16);
@@ -885,7 +888,7 @@ DQ_AVX512_FN void encode_values_avx512(const DqLevels& lv, const uint64_t* __res
   const __m512i clast = _mm512_set1_epi32(B == 4 ? w4.last_cell : lv.ncells - 1);
   const __m512i mm1 = _mm512_set1_epi32(lv.m - 1);
 
-  auto code16 = [&](int i) DQ_AVX512_FN -> __m512i {
+  auto code16 = [&]<bool kHi>(int i) DQ_AVX512_FN -> __m512i {
     const __m512 x = _mm512_loadu_ps(t + i);
     const __mmask16 negm = _mm512_cmp_ps_mask(x, zero, _CMP_LT_OQ);  // dq_sign
     const __m512 ax = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(x), absmask));
@@ -898,7 +901,7 @@ DQ_AVX512_FN void encode_values_avx512(const DqLevels& lv, const uint64_t* __res
       j = _mm512_setzero_si512();
       p = a;
     } else if constexpr (B == 4) {
-      if (reg4) {
+      if constexpr (kReg4) {
         __m512i c = _mm512_srav_epi32(_mm512_sub_epi32(ab, cbase), cshift);
         c = _mm512_min_epi32(_mm512_max_epi32(c, _mm512_setzero_si512()), clast);
         j = _mm512_permutex2var_epi32(cj0, c, cj1);  // cell[c]
@@ -923,24 +926,72 @@ DQ_AVX512_FN void encode_values_avx512(const DqLevels& lv, const uint64_t* __res
     }
     // dq_round_up, scaled by K (see above)
     __m512 vK = halfK;
-    if (stoch) {
-      const __m512i wv = i < h ? _mm512_or_si512(_mm512_slli_epi32(_mm512_loadu_si512(w + i), 16), mid)
-                               : _mm512_ternarylogic_epi32(_mm512_loadu_si512(w + i - h), himask, mid, 0xEA);
+    if constexpr (kStoch) {
+      const __m512i wv = !kHi ? _mm512_or_si512(_mm512_slli_epi32(_mm512_loadu_si512(w + i), 16), mid)
+                              : _mm512_ternarylogic_epi32(_mm512_loadu_si512(w + i - h), himask, mid, 0xEA);
       vK = _mm512_cvtepi32_ps(_mm512_srlv_epi32(wv, gshift));
     }
-    if (pi) vK = _mm512_fmadd_ps(_mm512_loadu_ps(pi + i), Kv, vK);  // exact
+    if constexpr (kCorr) vK = _mm512_fmadd_ps(_mm512_loadu_ps(pi + i), Kv, vK);  // exact
     const __m512 side = _mm512_mask_sub_ps(vK, negm, nK, vK);      // negative: K n - K v
     const __mmask16 up = _mm512_cmp_ps_mask(side, _mm512_mul_ps(p, nK), _CMP_LT_OQ);
     j = _mm512_mask_add_epi32(j, up, j, one);
     return _mm512_mask_or_epi32(j, negm, j, signbit);
   };
 
-  for (int k = 0; k < nb; k += 16) {
-    __m512i c = code16(k);
-    for (int jp = 1; jp < P; ++jp) c = _mm512_or_si512(c, _mm512_slli_epi32(code16(k + jp * nb), jp * B));
+  // element i takes the low half of its word when i < h: for P >= 2 that is
+  // jp < P/2 (nb = S/P), for P = 1 the first h positions
+  auto put = [&](int k, __m512i c) DQ_AVX512_FN {
     _mm_storeu_si128(reinterpret_cast<__m128i*>(out + k), _mm512_cvtepi32_epi8(c));
+  };
+  auto code = [&]<bool kHi>(int i, int shift) DQ_AVX512_FN {
+    return _mm512_slli_epi32(code16.template operator()<kHi>(i), shift);
+  };
+  if constexpr (P == 1) {
+    for (int k = 0; k < h; k += 16) put(k, code16.template operator()<false>(k));
+    for (int k = h; k < nb; k += 16) put(k, code16.template operator()<true>(k));
+  } else if constexpr (P == 2) {
+    for (int k = 0; k < nb; k += 16)
+      put(k, _mm512_or_si512(code16.template operator()<false>(k), code.template operator()<true>(k + nb, B)));
+  } else {
+    static_assert(P == 4, "widths 2, 4, 8");
+    for (int k = 0; k < nb; k += 16) {
+      const __m512i c01 =
+          _mm512_or_si512(code16.template operator()<false>(k), code.template operator()<false>(k + nb, B));
+      const __m512i c23 = _mm512_or_si512(code.template operator()<true>(k + 2 * nb, 2 * B),
+                                          code.template operator()<true>(k + 3 * nb, 3 * B));
+      put(k, _mm512_or_si512(c01, c23));
+    }
   }
 }
+
+template <int B>
+DQ_AVX512_FN void encode_values_avx512(const DqLevels& lv, const uint64_t* __restrict cellp,
+                                       const uint64_t* __restrict levp,
+                                       const DynamiqTables::Width4Regs& w4, const DqRounding& rd,
+                                       int S, const float* __restrict t, const float* __restrict g16,
+                                       const float* __restrict pi, const uint32_t* __restrict w,
+                                       uint8_t* __restrict out) {
+  auto go = [&](auto stoch, auto corr) {
+    constexpr bool kS = decltype(stoch)::value, kC = decltype(corr)::value;
+    if (B == 4 && w4.ok)
+      encode_values_avx512_t<B, kS, kC, B == 4>(lv, cellp, levp, w4, rd, S, t, g16, pi, w, out);
+    else
+      encode_values_avx512_t<B, kS, kC, false>(lv, cellp, levp, w4, rd, S, t, g16, pi, w, out);
+  };
+  using T = std::true_type;
+  using F = std::false_type;
+  if (!rd.stochastic) {
+    if (pi != nullptr)
+      go(F(), T());  // not made by make_rounding (nearest is never correlated), but exact
+    else
+      go(F(), F());
+  } else if (pi != nullptr) {
+    go(T(), T());
+  } else {
+    go(T(), F());
+  }
+}
+
 
 // decode_values_avx2 on 16 lanes (nb a multiple of 16, s a multiple of 16).
 template <int B>
