@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import faulthandler
 import itertools
 import os
 import re
@@ -400,6 +401,10 @@ class Netbed:
             raise Interrupted(signum)
 
         for sig in (signal.SIGTERM, signal.SIGHUP):
+            # A signal ignored at start stays ignored (nohup ignores SIGHUP so that a run outlives
+            # its terminal; SIGINT is likewise left to Python, which ignores it when it was ignored).
+            if signal.getsignal(sig) == signal.SIG_IGN:
+                continue
             self._old_handlers[sig] = signal.signal(sig, raise_interrupted)
 
     def _defer_signals(self, pending: list[int]) -> dict[int, object]:
@@ -412,7 +417,8 @@ class Netbed:
                 print("netbed: tearing down, please wait", file=sys.stderr)
             pending.append(signum)
 
-        return {sig: signal.signal(sig, note) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+        return {sig: signal.signal(sig, note) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+                if signal.getsignal(sig) != signal.SIG_IGN}
 
     def _restore_signals(self, masked: dict[int, object]) -> None:
         for sig, old in masked.items():
@@ -598,6 +604,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("args", nargs=argparse.REMAINDER)
     a = ap.parse_args(argv)
 
+    # `kill -USR1` prints where the launcher is (every thread's Python stack) to stderr: for
+    # diagnosing a launcher that does not exit (tests/python/test_netbed.py uses it on a timeout).
+    if hasattr(signal, "SIGUSR1"):
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
     if a.loopback and a.rate not in (None, "none"):
         print("netbed: --loopback does not shape: --rate is ignored", file=sys.stderr)
     cmd = [a.script, *a.args] if a.is_exec else [a.python, a.script, *a.args]

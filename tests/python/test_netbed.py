@@ -287,13 +287,25 @@ time.sleep(300)
 """
 
 
-def _start_cli(tmp_path, run_id):
+def _signals_as_a_terminal_would(ignored=()):
+    """preexec_fn: SIGINT and SIGHUP at their defaults (then `ignored` ignored) in the launcher. A
+    test run started in the background by a shell without job control (`cmd &`, nohup) inherits
+    SIGINT ignored, and Python then never raises KeyboardInterrupt: the launcher would be tested
+    with Ctrl-C switched off."""
+    def fn():
+        for sig in (signal.SIGINT, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_IGN if sig in ignored else signal.SIG_DFL)
+    return fn
+
+
+def _start_cli(tmp_path, run_id, ignored=()):
     script = tmp_path / "ready.py"
     script.write_text(READY_SCRIPT)
     logdir = tmp_path / "logs"
     proc = subprocess.Popen([sys.executable, "-m", "experiments.netbed", "-n", "2", "--rate", "1gbit", "--id", run_id,
                              "--logdir", str(logdir), "--tee", "none", "--timeout", "120", str(script)],
-                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            preexec_fn=_signals_as_a_terminal_would(ignored))
     ready = lambda: all((logdir / f"rank{k}.log").exists() and "ready" in (logdir / f"rank{k}.log").read_text()
                         for k in range(2))
     try:
@@ -305,15 +317,45 @@ def _start_cli(tmp_path, run_id):
     return proc, inodes
 
 
+def _communicate_or_dump(proc, timeout):
+    """The launcher's output; if it has not exited within `timeout` s, fail with where it was stuck
+    (its Python stacks, printed on SIGUSR1) and the processes still running."""
+    try:
+        return proc.communicate(timeout=timeout)[0]
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGUSR1)
+        time.sleep(1)
+        ps = subprocess.run(["ps", "-eo", "pid,pgid,sid,stat,etime,args"], capture_output=True, text=True).stdout
+        proc.kill()  # its reaper then removes the netbed
+        out = proc.communicate()[0]
+        raise AssertionError(f"launcher still running after {timeout} s; its output and stacks:\n{out}\n"
+                             f"processes:\n{ps}")
+
+
 @needs_netbed
 @pytest.mark.parametrize("sig,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_interrupted_launcher_tears_down(tmp_path, sig, code):
     run_id = f"t{os.getpid()}s{int(sig)}"
     proc, inodes = _start_cli(tmp_path, run_id)
     proc.send_signal(sig)
-    out = proc.communicate(timeout=30)[0]
+    out = _communicate_or_dump(proc, 30)
     assert proc.returncode == code, out
     assert "everything removed" in out
+    _assert_gone(run_id, inodes)
+
+
+@needs_netbed
+def test_launcher_started_under_nohup_keeps_ignoring_sighup(tmp_path):
+    """nohup ignores SIGHUP so that a run survives its terminal: the launcher must not undo that."""
+    run_id = f"t{os.getpid()}h"
+    proc, inodes = _start_cli(tmp_path, run_id, ignored=(signal.SIGHUP,))
+    proc.send_signal(signal.SIGHUP)
+    time.sleep(1)
+    assert proc.poll() is None, proc.communicate()[0]
+    assert all(os.path.exists(f"/run/netns/dqnb-{run_id}-{n}") for n in ("r0", "r1", "br"))
+    proc.send_signal(signal.SIGTERM)
+    out = _communicate_or_dump(proc, 30)
+    assert proc.returncode == 143, out
     _assert_gone(run_id, inodes)
 
 
