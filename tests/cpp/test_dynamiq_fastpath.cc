@@ -336,6 +336,21 @@ const Rounding kRoundings[] = {{8, false, true},  {2, true, true},  {3, true, tr
                                {4, true, true},   {8, true, true},  {9, true, true},
                                {17, true, true},  {40, true, true}, {8, false, false}};
 
+// A default-format case for this dtype, mix and rounding; shuffle, bias and
+// rank vary with the seed.
+Case default_case(DType dt, const std::vector<uint8_t>& bits, const Rounding& rr, uint64_t seed) {
+  Case c;
+  c.dt = dt;
+  c.bits = bits;
+  c.shuffle = (seed % 2) == 0;
+  c.bias = (seed % 3) != 0;
+  c.world = rr.world;
+  c.rank = int(seed % uint64_t(rr.world));
+  c.corr = rr.corr;
+  c.stochastic = rr.stochastic;
+  return c;
+}
+
 void every_kernel_default_format() {
   const std::vector<std::vector<uint8_t>> mixes = {{2}, {4}, {8}, {1}, {16}, {8, 4, 2, 16, 1, 2, 4, 8, 2}};
   uint64_t seed = 100;
@@ -344,17 +359,9 @@ void every_kernel_default_format() {
     for (DType dt : {DType::kF32, DType::kBF16})
       for (const auto& bits : mixes)
         for (const Rounding& rr : kRoundings) {
-          Case c;
+          Case c = default_case(dt, bits, rr, seed);
           c.fmt.hierarchical = scales != 2;
           c.stochastic_scales = scales == 1;
-          c.dt = dt;
-          c.bits = bits;
-          c.shuffle = (seed % 2) == 0;
-          c.bias = (seed % 3) != 0;
-          c.world = rr.world;
-          c.rank = int(seed % uint64_t(rr.world));
-          c.corr = rr.corr;
-          c.stochastic = rr.stochastic;
           c.data = int(seed % 3);
           c.numel = 256 * 9 + 1 + int64_t(seed % 250);  // partial last SG
           run_case(c, seed++);
@@ -409,16 +416,8 @@ void other_levels() {
     for (DType dt : {DType::kF32, DType::kBF16})
       for (const auto& bits : mixes)
         for (const Rounding& rr : kRoundings) {
-          Case c;
+          Case c = default_case(dt, bits, rr, seed);
           c.stochastic_scales = false;
-          c.dt = dt;
-          c.bits = bits;
-          c.shuffle = (seed % 2) == 0;
-          c.bias = (seed % 3) != 0;
-          c.world = rr.world;
-          c.rank = int(seed % uint64_t(rr.world));
-          c.corr = rr.corr;
-          c.stochastic = rr.stochastic;
           c.data = int(seed % 2);
           c.numel = 256 * 7 + int64_t(seed % 250);
           c.eps4 = l.eps4;
