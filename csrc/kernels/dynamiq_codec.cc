@@ -992,7 +992,6 @@ DQ_AVX512_FN void encode_values_avx512(const DqLevels& lv, const uint64_t* __res
   }
 }
 
-
 // decode_values_avx2 on 16 lanes (nb a multiple of 16, s a multiple of 16).
 template <int B>
 DQ_AVX512_FN void decode_values_avx512(const float* __restrict dec, const uint8_t* __restrict codes,
@@ -1714,8 +1713,9 @@ size_t DynamiqCodec::decompress_accumulate_recompress(const uint8_t* in, size_t 
       const int bits = plan.bits[size_t(src)];
       const int64_t sg = dynamiq_sg_bytes(bits, p_.fmt);
       // the unit `ahead` positions on, in two halves: a burst of 16 line
-      // prefetches fills the line-fill buffers and stalls the loads behind it
-      // (0.96-0.97 against 0.99-1.02 ns/element, fp32 mix5 at 64 MiB)
+      // prefetches into a 4 KiB page not in the TLB stalled the loads behind
+      // it (perf; the stall went away on 2 MiB pages). 0.96-0.97 against
+      // 0.99-1.02 ns/element, fp32 mix5 at 64 MiB.
       const bool pf = w + ahead < u1;
       if (pf) prefetch_unit(x, plan, w + ahead, 0, 2);
       load_unit(x, plan, w, local.data());
