@@ -8,7 +8,8 @@
 //      decompress, decompress-accumulate, fused decompress-accumulate-
 //      recompress) against memcpy of the same bytes, measured in the same run.
 //
-// Usage: bench_bitsplit [--quick] [--numel N] [--reps R]
+// Usage: bench_bitsplit [--quick] [--throughput] [--numel N] [--reps R]
+//   --throughput: only table 3 (DYNAMIQ_CPU_THREADS=2: codec calls on 2 threads, wall time)
 #include <algorithm>
 #include <ctime>
 #include <cmath>
@@ -23,6 +24,7 @@
 #include "hook/inproc_transport.h"
 #include "kernels/bitsplit_codec.h"
 #include "kernels/float_bits.h"
+#include "kernels/parallel.h"
 
 using namespace dynamiq;
 
@@ -30,10 +32,12 @@ namespace {
 
 // This thread's CPU time in seconds. The benchmark machines are shared: CPU
 // time does not count the time other processes hold the core (wall time
-// does), and memcpy is timed the same way in the same run.
+// does), and memcpy is timed the same way in the same run. With
+// DYNAMIQ_CPU_THREADS > 1 the codec calls also run on helper threads, which
+// this clock would miss: wall time then.
 double thread_seconds() {
   timespec t;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  clock_gettime(dynamiq_cpu_threads() > 1 ? CLOCK_MONOTONIC : CLOCK_THREAD_CPUTIME_ID, &t);
   return double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
 }
 
@@ -201,8 +205,14 @@ void allreduce_table(int64_t n) {
 }
 
 void throughput_table(int64_t n, int reps) {
-  std::printf("\n## CPU kernel throughput, one thread (%lld elements per call, best of %d, thread CPU time)\n\n",
-              (long long)n, reps);
+  const int threads = dynamiq_cpu_threads();
+  if (threads > 1)
+    std::printf("\n## CPU kernel throughput, %d threads per call (DYNAMIQ_CPU_THREADS; %lld elements per call, "
+                "best of %d, wall time; memcpy stays one thread)\n\n",
+                threads, (long long)n, reps);
+  else
+    std::printf("\n## CPU kernel throughput, one thread (%lld elements per call, best of %d, thread CPU time)\n\n",
+                (long long)n, reps);
   std::printf("GB/s of input = bucket bytes (numel x dtype size) / time; memcpy = memcpy of the same bytes in this run; ratio = kernel / memcpy.\n\n");
   std::printf("| dtype | bits | spikes | log | rounding | memcpy GB/s | compress GB/s (ratio) | decompress GB/s (ratio) | decomp-acc GB/s (ratio) | fused DAR GB/s (ratio) |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
@@ -262,10 +272,11 @@ void throughput_table(int64_t n, int reps) {
 int main(int argc, char** argv) {
   int64_t n = int64_t(1) << 22;
   int reps = 5;
-  bool quick = false;
+  bool quick = false, throughput_only = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--quick") quick = true;
+    else if (a == "--throughput") throughput_only = true;
     else if (a == "--numel" && i + 1 < argc) n = std::atoll(argv[++i]);
     else if (a == "--reps" && i + 1 < argc) reps = std::atoi(argv[++i]);
   }
@@ -273,8 +284,10 @@ int main(int argc, char** argv) {
     n = int64_t(1) << 18;
     reps = 2;
   }
-  quality_table(n);
-  allreduce_table(quick ? n : n / 4);
+  if (!throughput_only) {
+    quality_table(n);
+    allreduce_table(quick ? n : n / 4);
+  }
   throughput_table(n, reps);
   return 0;
 }

@@ -1,6 +1,7 @@
-// Splitting a codec call's super-groups over CPU threads.
+// Splitting a codec call's units (DynamiQ super-groups, bitsplit units) over
+// CPU threads.
 //
-// Every super-group's output depends only on its own inputs and on the
+// Every unit's output depends only on its own inputs and on the
 // (key, counter) of its random numbers, so any split gives bit-identical
 // results; each part starts at a wire offset known in advance (fixed-size
 // formats). The split is contiguous and deterministic: part t of T gets

@@ -1,9 +1,9 @@
 // Splitting codec calls over CPU threads (csrc/kernels/parallel.h): the
 // split covers every unit once, exceptions come back to the caller, the
 // setting is validated, concurrent callers do not deadlock, and every DynamiQ
-// kernel gives the same bytes / float bits with 1, 2 and 3 threads as the
-// single-threaded call (blocks that do not start at wire position 0 included,
-// so parts must find their own wire offsets).
+// and bitsplit kernel gives the same bytes / float bits with 1, 2 and 3
+// threads as the single-threaded call (blocks that do not start at wire
+// position 0 included, so parts must find their own wire offsets).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "kernels/bitsplit_codec.h"
 #include "kernels/dynamiq_codec.h"
 #include "kernels/parallel.h"
 #include "test_dynamiq_util.h"
@@ -115,7 +116,7 @@ struct Outputs {
   std::vector<uint8_t> dec;  // the decompressed bucket's bytes
 };
 
-Outputs run_kernels(const DynamiqCodec& codec, const Plan& plan, const Block& blk,
+Outputs run_kernels(const Codec& codec, const Plan& plan, const Block& blk,
                     const std::vector<uint8_t>& bucket, const std::vector<uint8_t>& msg,
                     const RngCtx& rng) {
   Outputs o;
@@ -196,6 +197,69 @@ TEST(Parallel, DynamiqKernelsAreBitIdenticalWithThreads) {
           EXPECT_EQ(0, std::memcmp(got.acc.data(), ref.acc.data(), ref.acc.size() * sizeof(float)))
               << "decompress_accumulate " << what;
           EXPECT_TRUE(got.dec == ref.dec) << "decompress " << what;
+        }
+      }
+    }
+  }
+}
+
+// ---- every bitsplit kernel: the same, on its fixed-offset plans ---------------------
+
+TEST(Parallel, BitsplitKernelsAreBitIdenticalWithThreads) {
+  struct P {
+    double bits;
+    int group, spikes;
+    bool log_scales;
+  };
+  // INT4 (group 32), INT3 with spikes (plane widths 2 + 1), INT8 (group 128), log scales
+  const P ps[] = {{4, 0, -1, false}, {3, 0, -1, false}, {8, 0, -1, false}, {6, 64, 1, true}};
+  const std::vector<float> yf = gaussian(size_t(400) * 1024, 8);
+  for (const P& pp : ps) {
+    const BitsplitCodec codec(resolve_bitsplit_params(pp.bits, pp.group, pp.spikes, pp.log_scales));
+    const int64_t numel = 300 * int64_t(codec.unit()) - 45;  // a partial last unit and group
+    const std::vector<float> xf = student_t3(size_t(numel), 7);
+    for (DType dt : {DType::kF32, DType::kBF16}) {
+      // the message format depends on the dtype (kept min/max values): the
+      // "received" message is another rank's compression of y in this dtype
+      auto in_dtype = [&](const std::vector<float>& v) {
+        std::vector<uint8_t> b(size_t(numel) * size_t(dtype_size(dt)));
+        if (dt == DType::kF32) {
+          std::memcpy(b.data(), v.data(), b.size());
+        } else {
+          uint16_t* h = reinterpret_cast<uint16_t*>(b.data());
+          for (int64_t i = 0; i < numel; ++i) h[i] = f32_to_bf16(v[size_t(i)]);
+        }
+        return b;
+      };
+      const std::vector<uint8_t> bucket = in_dtype(xf), ybucket = in_dtype(yf);
+      const Plan plan = codec.make_plan(dt, numel, 1);
+      for (const Block blk : {Block{0, plan.num_units}, Block{17, 17 + 200}}) {
+        for (bool stochastic : {true, false}) {
+          RngCtx rng = rng_ctx(4, 2, /*rank=*/1, /*world=*/4, false);
+          rng.stochastic = stochastic;
+          Local ly;
+          ly.bucket = ybucket.data();
+          std::vector<uint8_t> msg(codec.static_bytes(plan, blk));
+          Outputs ref;
+          {
+            ThreadScope one(1);
+            codec.compress(ly, plan, blk, rng, msg.data());
+            ref = run_kernels(codec, plan, blk, bucket, msg, rng);
+          }
+          for (int threads : {2, 3}) {
+            ThreadScope ts(threads);
+            const Outputs got = run_kernels(codec, plan, blk, bucket, msg, rng);
+            const std::string what = "bits " + std::to_string(pp.bits) + " " +
+                                     (dt == DType::kF32 ? "fp32" : "bf16") + " block " +
+                                     std::to_string(blk.w0) + " stochastic " +
+                                     std::to_string(stochastic) + " threads " +
+                                     std::to_string(threads);
+            EXPECT_TRUE(got.comp == ref.comp) << "compress " << what;
+            EXPECT_TRUE(got.fused == ref.fused) << "fused " << what;
+            EXPECT_EQ(0, std::memcmp(got.acc.data(), ref.acc.data(), ref.acc.size() * sizeof(float)))
+                << "decompress_accumulate " << what;
+            EXPECT_TRUE(got.dec == ref.dec) << "decompress " << what;
+          }
         }
       }
     }

@@ -1,8 +1,9 @@
 """Codec calls may split over CPU threads (dynamiq.set_cpu_threads); results must not change.
 
 The in-process simulation runs every rank on its own thread with the real schedule and codec, so
-with 2 threads some calls split their super-groups over the helpers and others (finding them
-busy) run alone: every rank's result must equal the single-threaded one bit for bit.
+with 2 threads some calls split their units (DynamiQ super-groups, bitsplit groups of groups) over
+the helpers and others (finding them busy) run alone: every rank's result must equal the
+single-threaded one bit for bit.
 """
 import pytest
 import torch
@@ -32,15 +33,18 @@ def _bits(t):
     return t.view(torch.int16 if t.element_size() == 2 else torch.int32)
 
 
-@pytest.mark.parametrize("world,dtype,rounding,topology", [
-    (2, torch.float32, "correlated", "ring"),
-    (3, torch.bfloat16, "independent", "butterfly"),
+@pytest.mark.parametrize("world,dtype,mode,rounding,topology", [
+    (2, torch.float32, "dynamiq", "correlated", "ring"),
+    (3, torch.bfloat16, "dynamiq", "independent", "butterfly"),
+    (2, torch.float32, "bitsplit", "stochastic", "twostep"),
+    (3, torch.bfloat16, "bitsplit", "nearest", "ring"),
 ])
-def test_threads_do_not_change_results(restore_threads, world, dtype, rounding, topology):
+def test_threads_do_not_change_results(restore_threads, world, dtype, mode, rounding, topology):
     g = torch.Generator().manual_seed(3)
-    # 1 MiB blocks of 1024 super-groups: large enough to split (256 per thread at least)
+    # blocks large enough to split (at least 256 super-groups / 64 bitsplit units per thread)
     xs = [(torch.randn(2_000_003, generator=g) * (1 + r)).to(dtype) for r in range(world)]
-    cfg = dynamiq.Config(mode="dynamiq", bits=5.0, topology=topology, rounding=rounding)
+    bits = 5.0 if mode == "dynamiq" else 4
+    cfg = dynamiq.Config(mode=mode, bits=bits, topology=topology, rounding=rounding)
     dynamiq.set_cpu_threads(1)
     ref = dynamiq.simulate(xs, cfg)
     dynamiq.set_cpu_threads(2)
