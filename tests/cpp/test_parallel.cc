@@ -140,6 +140,27 @@ Outputs run_kernels(const Codec& codec, const Plan& plan, const Block& blk,
   return o;
 }
 
+// The first numel values of v as a bucket of dtype dt (float32 or bfloat16).
+std::vector<uint8_t> bucket_bytes(const std::vector<float>& v, int64_t numel, DType dt) {
+  std::vector<uint8_t> b(size_t(numel) * size_t(dtype_size(dt)));
+  if (dt == DType::kF32) {
+    std::memcpy(b.data(), v.data(), b.size());
+  } else {
+    uint16_t* h = reinterpret_cast<uint16_t*>(b.data());
+    for (int64_t i = 0; i < numel; ++i) h[i] = f32_to_bf16(v[size_t(i)]);
+  }
+  return b;
+}
+
+void expect_same_outputs(const Outputs& got, const Outputs& ref, const std::string& what) {
+  EXPECT_TRUE(got.comp == ref.comp) << "compress " << what;
+  EXPECT_TRUE(got.fused == ref.fused) << "fused " << what;
+  ASSERT_EQ(got.acc.size(), ref.acc.size()) << what;
+  EXPECT_EQ(0, std::memcmp(got.acc.data(), ref.acc.data(), ref.acc.size() * sizeof(float)))
+      << "decompress_accumulate " << what;
+  EXPECT_TRUE(got.dec == ref.dec) << "decompress " << what;
+}
+
 TEST(Parallel, DynamiqKernelsAreBitIdenticalWithThreads) {
   const DynamiqParams prm;
   const DynamiqCodec codec(prm);
@@ -159,13 +180,7 @@ TEST(Parallel, DynamiqKernelsAreBitIdenticalWithThreads) {
   const std::vector<float> yf = gaussian(size_t(numel), 6);
 
   for (DType dt : {DType::kF32, DType::kBF16}) {
-    std::vector<uint8_t> bucket(size_t(numel) * size_t(dtype_size(dt)));
-    if (dt == DType::kF32) {
-      std::memcpy(bucket.data(), xf.data(), bucket.size());
-    } else {
-      uint16_t* h = reinterpret_cast<uint16_t*>(bucket.data());
-      for (int64_t i = 0; i < numel; ++i) h[i] = f32_to_bf16(xf[size_t(i)]);
-    }
+    const std::vector<uint8_t> bucket = bucket_bytes(xf, numel, dt);
     const Plan plan = make_dynamiq_plan(dt, numel, prm.fmt, bits, order, bias, 1);
     // whole bucket, and a block that starts and ends inside it
     for (const Block blk : {Block{0, units}, Block{123, 123 + 700}}) {
@@ -192,11 +207,7 @@ TEST(Parallel, DynamiqKernelsAreBitIdenticalWithThreads) {
                                    std::to_string(blk.w0) + " rounding " +
                                    std::to_string(rounding) + " threads " +
                                    std::to_string(threads);
-          EXPECT_TRUE(got.comp == ref.comp) << "compress " << what;
-          EXPECT_TRUE(got.fused == ref.fused) << "fused " << what;
-          EXPECT_EQ(0, std::memcmp(got.acc.data(), ref.acc.data(), ref.acc.size() * sizeof(float)))
-              << "decompress_accumulate " << what;
-          EXPECT_TRUE(got.dec == ref.dec) << "decompress " << what;
+          expect_same_outputs(got, ref, what);
         }
       }
     }
@@ -221,17 +232,8 @@ TEST(Parallel, BitsplitKernelsAreBitIdenticalWithThreads) {
     for (DType dt : {DType::kF32, DType::kBF16}) {
       // the message format depends on the dtype (kept min/max values): the
       // "received" message is another rank's compression of y in this dtype
-      auto in_dtype = [&](const std::vector<float>& v) {
-        std::vector<uint8_t> b(size_t(numel) * size_t(dtype_size(dt)));
-        if (dt == DType::kF32) {
-          std::memcpy(b.data(), v.data(), b.size());
-        } else {
-          uint16_t* h = reinterpret_cast<uint16_t*>(b.data());
-          for (int64_t i = 0; i < numel; ++i) h[i] = f32_to_bf16(v[size_t(i)]);
-        }
-        return b;
-      };
-      const std::vector<uint8_t> bucket = in_dtype(xf), ybucket = in_dtype(yf);
+      const std::vector<uint8_t> bucket = bucket_bytes(xf, numel, dt);
+      const std::vector<uint8_t> ybucket = bucket_bytes(yf, numel, dt);
       const Plan plan = codec.make_plan(dt, numel, 1);
       for (const Block blk : {Block{0, plan.num_units}, Block{17, 17 + 200}}) {
         for (bool stochastic : {true, false}) {
@@ -254,11 +256,7 @@ TEST(Parallel, BitsplitKernelsAreBitIdenticalWithThreads) {
                                      std::to_string(blk.w0) + " stochastic " +
                                      std::to_string(stochastic) + " threads " +
                                      std::to_string(threads);
-            EXPECT_TRUE(got.comp == ref.comp) << "compress " << what;
-            EXPECT_TRUE(got.fused == ref.fused) << "fused " << what;
-            EXPECT_EQ(0, std::memcmp(got.acc.data(), ref.acc.data(), ref.acc.size() * sizeof(float)))
-                << "decompress_accumulate " << what;
-            EXPECT_TRUE(got.dec == ref.dec) << "decompress " << what;
+            expect_same_outputs(got, ref, what);
           }
         }
       }
