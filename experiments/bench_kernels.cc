@@ -90,9 +90,10 @@ struct BenchAlloc {
     constexpr size_t kHuge = size_t(2) << 20;
     const size_t bytes = std::max<size_t>(n * sizeof(T), 64);
     const size_t align = huge_pages() && bytes >= kHuge ? kHuge : 64;
-    void* p = std::aligned_alloc(align, (bytes + align - 1) / align * align);
+    const size_t size = (bytes + align - 1) / align * align;  // aligned_alloc wants a multiple
+    void* p = std::aligned_alloc(align, size);
     if (p == nullptr) throw std::bad_alloc();
-    if (align == kHuge) madvise(p, (bytes + align - 1) / align * align, MADV_HUGEPAGE);
+    if (align == kHuge) madvise(p, size, MADV_HUGEPAGE);
     return static_cast<T*>(p);
   }
   void deallocate(T* p, size_t) { std::free(p); }
@@ -221,8 +222,9 @@ int main(int argc, char** argv) {
       report("-", "-", "stats", time_best([&] { dynamiq_local_stats(xin, dt, numel, S, st.data()); }, min_s));
     }
     for (const Mix& mx : mixes) {
-      Plan p = make_dynamiq_plan(dt, numel, prm.fmt, mx.bits, width_order(mx.bits), bias, 1);
-      Plan pf = make_dynamiq_plan(DType::kF32, numel, prm.fmt, mx.bits, width_order(mx.bits), bias, 1);
+      const std::vector<int32_t> order = width_order(mx.bits);
+      Plan p = make_dynamiq_plan(dt, numel, prm.fmt, mx.bits, order, bias, 1);
+      Plan pf = make_dynamiq_plan(DType::kF32, numel, prm.fmt, mx.bits, order, bias, 1);
       const Block all{0, units};
       const size_t wb = codec.static_bytes(p, all);
       Buf<uint8_t> msg(wb), out(wb);

@@ -15,7 +15,7 @@ cmake -S . -B build/cpp -G Ninja -DDYNAMIQ_BUILD_PYTHON=OFF -DDYNAMIQ_BUILD_TEST
 ninja -C build/cpp -j "$JOBS" >build/cpp-build.log 2>&1 || { tail -60 build/cpp-build.log; exit 1; }
 build/cpp/dynamiq_tests --gtest_brief=1
 
-echo "== C++ again with DynamiQ codec calls split over 2 threads (DYNAMIQ_CPU_THREADS=2; results must not change)"
+echo "== C++ again with codec calls split over 2 threads (DYNAMIQ_CPU_THREADS=2; results must not change)"
 DYNAMIQ_CPU_THREADS=2 build/cpp/dynamiq_tests --gtest_brief=1 --gtest_filter='-FloatBitsSweep.*:Cuda*'
 
 echo "== C++ under AddressSanitizer + UBSan (all but the exhaustive float sweep and GPU tests)"

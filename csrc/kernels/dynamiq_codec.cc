@@ -872,20 +872,25 @@ DQ_AVX512_FN void encode_values_avx512_t(const DqLevels& lv, const uint64_t* __r
   // width 4: levels and inverse gaps in registers (j <= 6), and the bracket
   // search in two 32-entry tables when they fit (w4.ok), else a comparison
   // against each level
+  static_assert(!kReg4 || B == 4, "register tables are width 4's");
   __m512 lv16 = zero, ig16 = zero;
   __m512i lb[6], cj0, cj1, cn0, cn1;
   if constexpr (B == 4) {
     lv16 = _mm512_loadu_ps(w4.level16);
     ig16 = _mm512_loadu_ps(w4.invgap16);
-    for (int k = 1; k < 7; ++k) lb[k - 1] = _mm512_set1_epi32(int32_t(f32_bits(lv.level[k])));
-    cj0 = _mm512_loadu_si512(w4.cell_j);
-    cj1 = _mm512_loadu_si512(w4.cell_j + 16);
-    cn0 = _mm512_loadu_si512(w4.cell_next);
-    cn1 = _mm512_loadu_si512(w4.cell_next + 16);
+    if constexpr (kReg4) {
+      cj0 = _mm512_loadu_si512(w4.cell_j);
+      cj1 = _mm512_loadu_si512(w4.cell_j + 16);
+      cn0 = _mm512_loadu_si512(w4.cell_next);
+      cn1 = _mm512_loadu_si512(w4.cell_next + 16);
+    } else {
+      for (int k = 1; k < 7; ++k) lb[k - 1] = _mm512_set1_epi32(int32_t(f32_bits(lv.level[k])));
+    }
   }
+  // cells: width 8's table search, width 4's register tables (the last cell below 1.0)
   const __m512i cbase = _mm512_set1_epi32(int32_t(lv.cell_base));
   const __m512i cshift = _mm512_set1_epi32(lv.cell_shift);
-  const __m512i clast = _mm512_set1_epi32(B == 4 ? w4.last_cell : lv.ncells - 1);
+  const __m512i clast = _mm512_set1_epi32(kReg4 ? w4.last_cell : lv.ncells - 1);
   const __m512i mm1 = _mm512_set1_epi32(lv.m - 1);
 
   auto code16 = [&]<bool kHi>(int i) DQ_AVX512_FN -> __m512i {
@@ -973,10 +978,13 @@ DQ_AVX512_FN void encode_values_avx512(const DqLevels& lv, const uint64_t* __res
                                        uint8_t* __restrict out) {
   auto go = [&](auto stoch, auto corr) {
     constexpr bool kS = decltype(stoch)::value, kC = decltype(corr)::value;
-    if (B == 4 && w4.ok)
-      encode_values_avx512_t<B, kS, kC, B == 4>(lv, cellp, levp, w4, rd, S, t, g16, pi, w, out);
-    else
-      encode_values_avx512_t<B, kS, kC, false>(lv, cellp, levp, w4, rd, S, t, g16, pi, w, out);
+    if constexpr (B == 4) {
+      if (w4.ok) {
+        encode_values_avx512_t<B, kS, kC, true>(lv, cellp, levp, w4, rd, S, t, g16, pi, w, out);
+        return;
+      }
+    }
+    encode_values_avx512_t<B, kS, kC, false>(lv, cellp, levp, w4, rd, S, t, g16, pi, w, out);
   };
   using T = std::true_type;
   using F = std::false_type;
