@@ -16,8 +16,9 @@ constexpr int32_t kMaxUnit = 4096;     // largest unit a plan may use with this 
 // Units per thread below which a call does not split (64 x ~1024 elements, as
 // the DynamiQ codec's 256 x 256). Units write disjoint groups of the block
 // message (metadata per group, plane bytes per group), so any split gives the
-// same bytes.
+// same bytes. Threads claim runs of 16 units at a time.
 constexpr int64_t kMinUnitsPerThread = 64;
+constexpr int64_t kUnitsPerRun = 16;
 
 // Everything the unit loops need about one block.
 struct BlockCtx {
@@ -218,12 +219,14 @@ size_t BitsplitCodec::static_bytes(const Plan& plan, const Block& b) const {
 size_t BitsplitCodec::compress(const Local& x, const Plan& plan, const Block& b, const RngCtx& rng,
                                uint8_t* out) const {
   const BlockCtx c = make_ctx(format(plan.dtype), plan, b);
-  parallel_units(b.w0, b.w1, kMinUnitsPerThread, [&](int64_t u0, int64_t u1) {
+  parallel_units(b.w0, b.w1, kMinUnitsPerThread, kUnitsPerRun, [&](UnitRuns& runs) {
     Scratch s(c.U);
-    for (int64_t w = u0; w < u1; ++w) {
-      if (unit_count(c, w) == 0) continue;
-      load_unit(x, plan, w, s.a.data());
-      encode_unit(c, s.a.data(), w, rng, out, s.codes.data(), s.u.data());
+    for (int64_t u0, u1; runs.next(u0, u1);) {
+      for (int64_t w = u0; w < u1; ++w) {
+        if (unit_count(c, w) == 0) continue;
+        load_unit(x, plan, w, s.a.data());
+        encode_unit(c, s.a.data(), w, rng, out, s.codes.data(), s.u.data());
+      }
     }
   });
   return size_t(c.lay.total);
@@ -233,12 +236,14 @@ void BitsplitCodec::decompress(const uint8_t* in, size_t in_bytes, const Plan& p
                                const Output& y) const {
   const BlockCtx c = make_ctx(format(plan.dtype), plan, b);
   check_message_size(in_bytes, size_t(c.lay.total), "bitsplit");
-  parallel_units(b.w0, b.w1, kMinUnitsPerThread, [&](int64_t u0, int64_t u1) {
+  parallel_units(b.w0, b.w1, kMinUnitsPerThread, kUnitsPerRun, [&](UnitRuns& runs) {
     Scratch s(c.U);
-    for (int64_t w = u0; w < u1; ++w) {
-      if (unit_count(c, w) == 0) continue;
-      decode_unit(c, in, w, s.a.data(), s.codes.data());
-      store_unit(y, plan, w, s.a.data());
+    for (int64_t u0, u1; runs.next(u0, u1);) {
+      for (int64_t w = u0; w < u1; ++w) {
+        if (unit_count(c, w) == 0) continue;
+        decode_unit(c, in, w, s.a.data(), s.codes.data());
+        store_unit(y, plan, w, s.a.data());
+      }
     }
   });
 }
@@ -247,19 +252,21 @@ void BitsplitCodec::decompress_accumulate(const uint8_t* in, size_t in_bytes, co
                                           const Plan& plan, const Block& b, float* acc) const {
   const BlockCtx c = make_ctx(format(plan.dtype), plan, b);
   check_message_size(in_bytes, size_t(c.lay.total), "bitsplit");
-  parallel_units(b.w0, b.w1, kMinUnitsPerThread, [&](int64_t u0, int64_t u1) {
+  parallel_units(b.w0, b.w1, kMinUnitsPerThread, kUnitsPerRun, [&](UnitRuns& runs) {
     Scratch s(c.U);
-    for (int64_t w = u0; w < u1; ++w) {
-      float* dst = acc + (w - b.w0) * c.U;
-      if (unit_count(c, w) == 0) {
-        std::memset(dst, 0, size_t(c.U) * sizeof(float));
-        continue;
+    for (int64_t u0, u1; runs.next(u0, u1);) {
+      for (int64_t w = u0; w < u1; ++w) {
+        float* dst = acc + (w - b.w0) * c.U;
+        if (unit_count(c, w) == 0) {
+          std::memset(dst, 0, size_t(c.U) * sizeof(float));
+          continue;
+        }
+        load_unit(x, plan, w, s.a.data());  // before writing: x may alias acc (same unit only)
+        decode_unit(c, in, w, s.b.data(), s.codes.data());
+        const float* xa = s.a.data();
+        const float* xb = s.b.data();
+        for (int32_t i = 0; i < c.U; ++i) dst[i] = xa[i] + xb[i];
       }
-      load_unit(x, plan, w, s.a.data());  // before writing: x may alias acc (same unit only)
-      decode_unit(c, in, w, s.b.data(), s.codes.data());
-      const float* xa = s.a.data();
-      const float* xb = s.b.data();
-      for (int32_t i = 0; i < c.U; ++i) dst[i] = xa[i] + xb[i];
     }
   });
 }
@@ -270,16 +277,18 @@ size_t BitsplitCodec::decompress_accumulate_recompress(const uint8_t* in, size_t
                                                        uint8_t* out) const {
   const BlockCtx c = make_ctx(format(plan.dtype), plan, b);
   check_message_size(in_bytes, size_t(c.lay.total), "bitsplit");
-  parallel_units(b.w0, b.w1, kMinUnitsPerThread, [&](int64_t u0, int64_t u1) {
+  parallel_units(b.w0, b.w1, kMinUnitsPerThread, kUnitsPerRun, [&](UnitRuns& runs) {
     Scratch s(c.U);
-    for (int64_t w = u0; w < u1; ++w) {
-      if (unit_count(c, w) == 0) continue;
-      load_unit(x, plan, w, s.a.data());
-      decode_unit(c, in, w, s.b.data(), s.codes.data());
-      float* xa = s.a.data();
-      const float* xb = s.b.data();
-      for (int32_t i = 0; i < c.U; ++i) xa[i] += xb[i];
-      encode_unit(c, xa, w, rng, out, s.codes.data(), s.u.data());
+    for (int64_t u0, u1; runs.next(u0, u1);) {
+      for (int64_t w = u0; w < u1; ++w) {
+        if (unit_count(c, w) == 0) continue;
+        load_unit(x, plan, w, s.a.data());
+        decode_unit(c, in, w, s.b.data(), s.codes.data());
+        float* xa = s.a.data();
+        const float* xb = s.b.data();
+        for (int32_t i = 0; i < c.U; ++i) xa[i] += xb[i];
+        encode_unit(c, xa, w, rng, out, s.codes.data(), s.u.data());
+      }
     }
   });
   return size_t(c.lay.total);

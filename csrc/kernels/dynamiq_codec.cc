@@ -1576,8 +1576,12 @@ inline void zero_padding(const Plan& plan, int64_t src, float* tile) {
 // cannot follow the jumps).
 // With super-groups read in order, 4 KiB was best (1.06-1.11 against 1.15-1.17).
 // Super-groups per thread below which a call does not split (256 x 256
-// elements: ~0.3 ms of fused work, against ~10-50 us to wake a helper).
+// elements: ~0.3 ms of fused work, against ~10-50 us to wake a helper), and
+// the longest run of super-groups a thread claims at a time (~60 us of fused
+// work; the prefetch stops at a run's end: 64-unit runs made the 2-thread
+// fused kernel 4-5 % slower on single-width plans).
 constexpr int64_t kMinUnitsPerThread = 256;
+constexpr int64_t kUnitsPerRun = 256;
 
 inline int64_t prefetch_ahead(const Plan& plan) {
   const int64_t unit_bytes = int64_t(plan.unit) * dtype_size(plan.dtype);
@@ -1643,16 +1647,18 @@ size_t DynamiqCodec::compress(const Local& x, const Plan& plan, const Block& b, 
   const DqRounding rd = make_dynamiq_rounding(rng);
   const Ctx cx{p_.fmt, tables_.view(), p_.stochastic_group_scales, tables_};
   const int64_t ahead = prefetch_ahead(plan);
-  parallel_units(b.w0, b.w1, kMinUnitsPerThread, [&](int64_t u0, int64_t u1) {
+  parallel_units(b.w0, b.w1, kMinUnitsPerThread, kUnitsPerRun, [&](UnitRuns& runs) {
     Work ws = make_work(p_.fmt, rd);
-    uint8_t* o = out + wire_from(plan, b, u0);
-    for (int64_t w = u0; w < u1; ++w) {
-      const int64_t src = plan.src_unit(w);
-      if (w + ahead < u1) prefetch_unit(x, plan, w + ahead);
-      load_unit(x, plan, w, ws.tile.data());
-      const int bits = plan.bits[size_t(src)];
-      dispatch_width(bits, [&](auto B) { encode_sg<decltype(B)::value>(cx, rd, src, ws, o); });
-      o += dynamiq_sg_bytes(bits, p_.fmt);
+    for (int64_t u0, u1; runs.next(u0, u1);) {
+      uint8_t* o = out + wire_from(plan, b, u0);
+      for (int64_t w = u0; w < u1; ++w) {
+        const int64_t src = plan.src_unit(w);
+        if (w + ahead < u1) prefetch_unit(x, plan, w + ahead);
+        load_unit(x, plan, w, ws.tile.data());
+        const int bits = plan.bits[size_t(src)];
+        dispatch_width(bits, [&](auto B) { encode_sg<decltype(B)::value>(cx, rd, src, ws, o); });
+        o += dynamiq_sg_bytes(bits, p_.fmt);
+      }
     }
   });
   return bytes;
@@ -1665,16 +1671,18 @@ void DynamiqCodec::decompress(const uint8_t* in, size_t in_bytes, const Plan& pl
   const int64_t ahead = prefetch_ahead(plan);
   Local yl;  // the output bucket, for prefetching the units about to be written
   yl.bucket = y.bucket;
-  parallel_units(b.w0, b.w1, kMinUnitsPerThread, [&](int64_t u0, int64_t u1) {
+  parallel_units(b.w0, b.w1, kMinUnitsPerThread, kUnitsPerRun, [&](UnitRuns& runs) {
     Work ws(p_.fmt.S, p_.fmt.S / p_.fmt.s);
-    const uint8_t* p = in + wire_from(plan, b, u0);
-    for (int64_t w = u0; w < u1; ++w) {
-      const int bits = plan.bits[size_t(plan.src_unit(w))];
-      if (w + ahead < u1) prefetch_unit(yl, plan, w + ahead);
-      dispatch_width(bits,
-                     [&](auto B) { decode_sg<decltype(B)::value>(cx, p, nullptr, ws, ws.tile.data()); });
-      store_unit(y, plan, w, ws.tile.data());
-      p += dynamiq_sg_bytes(bits, p_.fmt);
+    for (int64_t u0, u1; runs.next(u0, u1);) {
+      const uint8_t* p = in + wire_from(plan, b, u0);
+      for (int64_t w = u0; w < u1; ++w) {
+        const int bits = plan.bits[size_t(plan.src_unit(w))];
+        if (w + ahead < u1) prefetch_unit(yl, plan, w + ahead);
+        dispatch_width(
+            bits, [&](auto B) { decode_sg<decltype(B)::value>(cx, p, nullptr, ws, ws.tile.data()); });
+        store_unit(y, plan, w, ws.tile.data());
+        p += dynamiq_sg_bytes(bits, p_.fmt);
+      }
     }
   });
 }
@@ -1685,19 +1693,21 @@ void DynamiqCodec::decompress_accumulate(const uint8_t* in, size_t in_bytes, con
   const Ctx cx{p_.fmt, tables_.view(), p_.stochastic_group_scales, tables_};
   const int64_t ahead = prefetch_ahead(plan);
   const int64_t U = plan.unit;
-  parallel_units(b.w0, b.w1, kMinUnitsPerThread, [&](int64_t u0, int64_t u1) {
+  parallel_units(b.w0, b.w1, kMinUnitsPerThread, kUnitsPerRun, [&](UnitRuns& runs) {
     Work ws(p_.fmt.S, p_.fmt.S / p_.fmt.s);
-    const uint8_t* p = in + wire_from(plan, b, u0);
-    for (int64_t w = u0; w < u1; ++w) {
-      const int64_t src = plan.src_unit(w);
-      const int bits = plan.bits[size_t(src)];
-      if (w + ahead < u1) prefetch_unit(x, plan, w + ahead);
-      load_unit(x, plan, w, ws.tile.data());  // before writing: x may alias acc
-      float* dst = acc + (w - b.w0) * U;
-      dispatch_width(bits,
-                     [&](auto B) { decode_sg<decltype(B)::value>(cx, p, ws.tile.data(), ws, dst); });
-      zero_padding(plan, src, dst);
-      p += dynamiq_sg_bytes(bits, p_.fmt);
+    for (int64_t u0, u1; runs.next(u0, u1);) {
+      const uint8_t* p = in + wire_from(plan, b, u0);
+      for (int64_t w = u0; w < u1; ++w) {
+        const int64_t src = plan.src_unit(w);
+        const int bits = plan.bits[size_t(src)];
+        if (w + ahead < u1) prefetch_unit(x, plan, w + ahead);
+        load_unit(x, plan, w, ws.tile.data());  // before writing: x may alias acc
+        float* dst = acc + (w - b.w0) * U;
+        dispatch_width(
+            bits, [&](auto B) { decode_sg<decltype(B)::value>(cx, p, ws.tile.data(), ws, dst); });
+        zero_padding(plan, src, dst);
+        p += dynamiq_sg_bytes(bits, p_.fmt);
+      }
     }
   });
 }
@@ -1711,31 +1721,33 @@ size_t DynamiqCodec::decompress_accumulate_recompress(const uint8_t* in, size_t 
   const DqRounding rd = make_dynamiq_rounding(rng);
   const Ctx cx{p_.fmt, tables_.view(), p_.stochastic_group_scales, tables_};
   const int64_t ahead = prefetch_ahead(plan);
-  parallel_units(b.w0, b.w1, kMinUnitsPerThread, [&](int64_t u0, int64_t u1) {
+  parallel_units(b.w0, b.w1, kMinUnitsPerThread, kUnitsPerRun, [&](UnitRuns& runs) {
     Work ws = make_work(p_.fmt, rd);
     std::vector<float> local(size_t(p_.fmt.S));
-    const uint8_t* p = in + wire_from(plan, b, u0);
-    uint8_t* o = out + wire_from(plan, b, u0);
-    for (int64_t w = u0; w < u1; ++w) {
-      const int64_t src = plan.src_unit(w);
-      const int bits = plan.bits[size_t(src)];
-      const int64_t sg = dynamiq_sg_bytes(bits, p_.fmt);
-      // the unit `ahead` positions on, in two halves: a burst of 16 line
-      // prefetches into a 4 KiB page not in the TLB stalled the loads behind
-      // it (perf; the stall went away on 2 MiB pages). 0.96-0.97 against
-      // 0.99-1.02 ns/element, fp32 mix5 at 64 MiB.
-      const bool pf = w + ahead < u1;
-      if (pf) prefetch_unit(x, plan, w + ahead, 0, 2);
-      load_unit(x, plan, w, local.data());
-      dispatch_width(bits, [&](auto B) {
-        constexpr int BB = decltype(B)::value;
-        decode_sg<BB>(cx, p, local.data(), ws, ws.tile.data());
-        zero_padding(plan, src, ws.tile.data());
-        if (pf) prefetch_unit(x, plan, w + ahead, 1, 2);
-        encode_sg<BB>(cx, rd, src, ws, o);
-      });
-      p += sg;
-      o += sg;
+    for (int64_t u0, u1; runs.next(u0, u1);) {
+      const uint8_t* p = in + wire_from(plan, b, u0);
+      uint8_t* o = out + wire_from(plan, b, u0);
+      for (int64_t w = u0; w < u1; ++w) {
+        const int64_t src = plan.src_unit(w);
+        const int bits = plan.bits[size_t(src)];
+        const int64_t sg = dynamiq_sg_bytes(bits, p_.fmt);
+        // the unit `ahead` positions on, in two halves: a burst of 16 line
+        // prefetches into a 4 KiB page not in the TLB stalled the loads behind
+        // it (perf; the stall went away on 2 MiB pages). 0.96-0.97 against
+        // 0.99-1.02 ns/element, fp32 mix5 at 64 MiB.
+        const bool pf = w + ahead < u1;
+        if (pf) prefetch_unit(x, plan, w + ahead, 0, 2);
+        load_unit(x, plan, w, local.data());
+        dispatch_width(bits, [&](auto B) {
+          constexpr int BB = decltype(B)::value;
+          decode_sg<BB>(cx, p, local.data(), ws, ws.tile.data());
+          zero_padding(plan, src, ws.tile.data());
+          if (pf) prefetch_unit(x, plan, w + ahead, 1, 2);
+          encode_sg<BB>(cx, rd, src, ws, o);
+        });
+        p += sg;
+        o += sg;
+      }
     }
   });
   return bytes;

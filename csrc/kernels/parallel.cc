@@ -18,6 +18,7 @@ namespace dynamiq {
 namespace {
 
 constexpr int kMaxThreads = 256;
+constexpr int64_t kRunsPerThread = 8;
 
 int threads_from_env() {
   const char* e = std::getenv("DYNAMIQ_CPU_THREADS");
@@ -132,23 +133,51 @@ int dynamiq_set_cpu_threads(int n) {
   return thread_setting().exchange(n);
 }
 
-void parallel_units(int64_t w0, int64_t w1, int64_t min_units,
-                    const std::function<void(int64_t, int64_t)>& fn) {
+bool UnitRuns::next(int64_t& u0, int64_t& u1) {
+  if (q_->stop.load(std::memory_order_relaxed)) return false;
+  const int64_t a = q_->next.fetch_add(q_->grain, std::memory_order_relaxed);
+  if (a >= q_->w1) return false;
+  u0 = a;
+  u1 = std::min(a + q_->grain, q_->w1);
+  return true;
+}
+
+void parallel_units(int64_t w0, int64_t w1, int64_t min_units, int64_t grain,
+                    const std::function<void(UnitRuns&)>& part) {
   const int64_t n = w1 - w0;
   if (n <= 0) return;
   const int64_t most = std::max<int64_t>(1, n / std::max<int64_t>(1, min_units));
   const int parts = int(std::min<int64_t>(dynamiq_cpu_threads(), most));
+  UnitRuns::Queue q;
+  q.w1 = w1;
+  q.next = w0;
+  q.grain = n;  // one run, unless helpers join
+  auto alone = [&] {
+    UnitRuns r(q);
+    part(r);
+  };
   if (parts <= 1) {
-    fn(w0, w1);
+    alone();
     return;
   }
   Pool& p = pool();
   std::unique_lock<std::mutex> busy(p.busy, std::try_to_lock);
   if (!busy.owns_lock()) {  // another call has the helpers: do not wait for them
-    fn(w0, w1);
+    alone();
     return;
   }
-  p.run(parts, [&](int t) { fn(w0 + n * t / parts, w0 + n * (t + 1) / parts); });
+  // at most `grain` units per run, and at least kRunsPerThread runs per thread
+  // so that the last runs even out the parts
+  q.grain = std::max<int64_t>(1, std::min(grain, n / (int64_t(parts) * kRunsPerThread)));
+  p.run(parts, [&](int) {
+    UnitRuns r(q);
+    try {
+      part(r);
+    } catch (...) {
+      q.stop.store(true, std::memory_order_relaxed);
+      throw;
+    }
+  });
 }
 
 }  // namespace dynamiq

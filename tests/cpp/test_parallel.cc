@@ -1,5 +1,6 @@
 // Splitting codec calls over CPU threads (csrc/kernels/parallel.h): the
-// split covers every unit once, exceptions come back to the caller, the
+// runs cover every unit once, a slow thread takes fewer runs, exceptions come
+// back to the caller, the
 // setting is validated, concurrent callers do not deadlock, and every DynamiQ
 // and bitsplit kernel gives the same bytes / float bits with 1, 2 and 3
 // threads as the single-threaded call (blocks that do not start at wire
@@ -8,7 +9,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstring>
+#include <mutex>
 #include <numeric>
 #include <random>
 #include <stdexcept>
@@ -45,53 +48,112 @@ TEST(Parallel, SettingIsValidatedAndReturnsThePreviousValue) {
   EXPECT_EQ(dynamiq_set_cpu_threads(start), 5);
 }
 
-TEST(Parallel, PartsCoverEveryUnitOnceInContiguousRuns) {
+// Runs a parallel_units call over [w0, w0 + n) and records who took which units.
+struct RunLog {
+  std::vector<std::atomic<int>> hits;  // per unit
+  std::atomic<int> parts{0};           // part() calls
+  std::atomic<int64_t> longest{0};     // longest run handed out
+  std::mutex m;
+  std::vector<std::thread::id> part_threads;
+  explicit RunLog(int64_t n) : hits(size_t(n)) {
+    for (auto& h : hits) h = 0;
+  }
+};
+
+void log_call(RunLog& log, int64_t w0, int64_t n, int64_t min_units, int64_t grain) {
+  parallel_units(w0, w0 + n, min_units, grain, [&](UnitRuns& runs) {
+    log.parts++;
+    {
+      std::lock_guard<std::mutex> lk(log.m);
+      log.part_threads.push_back(std::this_thread::get_id());
+    }
+    for (int64_t u0, u1; runs.next(u0, u1);) {
+      ASSERT_LE(w0, u0);
+      ASSERT_LT(u0, u1);
+      ASSERT_LE(u1, w0 + n);
+      for (int64_t u = u0; u < u1; ++u) log.hits[size_t(u - w0)]++;
+      int64_t cur = log.longest.load();
+      while (u1 - u0 > cur && !log.longest.compare_exchange_weak(cur, u1 - u0)) {
+      }
+    }
+  });
+}
+
+TEST(Parallel, RunsCoverEveryUnitOnce) {
   for (int threads : {1, 2, 3, 4, 7}) {
     ThreadScope ts(threads);
     for (int64_t n : {0, 1, 5, 63, 64, 65, 1000, 1001}) {
       for (int64_t min_units : {1, 16, 64}) {
-        const int64_t w0 = 17;
-        std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
-        for (auto& h : hits) h = 0;
-        std::atomic<int> calls{0};
-        std::atomic<int64_t> smallest{INT64_MAX};
-        parallel_units(w0, w0 + n, min_units, [&](int64_t u0, int64_t u1) {
-          ASSERT_LE(w0, u0);
-          ASSERT_LT(u0, u1);
-          ASSERT_LE(u1, w0 + n);
-          for (int64_t u = u0; u < u1; ++u) hits[size_t(u - w0)]++;
-          calls++;
-          int64_t cur = smallest.load();
-          while (u1 - u0 < cur && !smallest.compare_exchange_weak(cur, u1 - u0)) {
+        for (int64_t grain : {1, 7, 64}) {
+          RunLog log(n);
+          log_call(log, 17, n, min_units, grain);
+          for (int64_t u = 0; u < n; ++u) ASSERT_EQ(log.hits[size_t(u)].load(), 1) << "unit " << u;
+          const int64_t expect_parts =
+              n == 0 ? 0 : std::min<int64_t>(threads, std::max<int64_t>(1, n / min_units));
+          EXPECT_EQ(log.parts.load(), expect_parts) << "threads " << threads << " n " << n;
+          std::vector<std::thread::id> ids = log.part_threads;
+          std::sort(ids.begin(), ids.end());
+          EXPECT_EQ(std::unique(ids.begin(), ids.end()), ids.end()) << "one part per thread";
+          if (expect_parts > 1) {
+            EXPECT_LE(log.longest.load(), grain);
+          } else if (n > 0) {
+            EXPECT_EQ(log.longest.load(), n) << "one thread: one run of everything";
           }
-        });
-        for (int64_t u = 0; u < n; ++u) ASSERT_EQ(hits[size_t(u)].load(), 1) << "unit " << u;
-        const int64_t expect_parts =
-            n == 0 ? 0 : std::min<int64_t>(threads, std::max<int64_t>(1, n / min_units));
-        EXPECT_EQ(calls.load(), expect_parts) << "threads " << threads << " n " << n;
-        if (calls.load() > 1) {
-          EXPECT_GE(smallest.load(), min_units);
         }
       }
     }
   }
 }
 
+// The point of handing out runs: a thread that is slow (costly units, or
+// descheduled on a busy machine) takes fewer. Here the caller's thread sleeps
+// 5 ms per run; the helper's runs take microseconds, so it should take nearly
+// all of them (an equal split would leave the caller half: 32 runs, 160 ms).
+// The bound allows the helper to wake up to ~75 ms late.
+TEST(Parallel, ASlowThreadTakesFewerRuns) {
+  ThreadScope ts(2);
+  const std::thread::id caller = std::this_thread::get_id();
+  std::atomic<int> mine{0}, helper{0};
+  parallel_units(0, 64, 1, 1, [&](UnitRuns& runs) {
+    const bool is_caller = std::this_thread::get_id() == caller;
+    for (int64_t u0, u1; runs.next(u0, u1);) {
+      if (is_caller) {
+        mine++;
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      } else {
+        helper++;
+      }
+    }
+  });
+  EXPECT_EQ(mine.load() + helper.load(), 64);
+  EXPECT_LE(mine.load(), 16) << "the helper took only " << helper.load() << " runs";
+}
+
 TEST(Parallel, AnExceptionInAnyPartReachesTheCaller) {
   ThreadScope ts(3);
   for (int bad = 0; bad < 3; ++bad) {
-    std::atomic<int> done{0};
-    EXPECT_THROW(parallel_units(0, 300, 1,
-                                [&](int64_t u0, int64_t) {
-                                  if (u0 == 100 * bad) throw Error("part failed");
-                                  done++;
+    std::atomic<int64_t> done{0};
+    EXPECT_THROW(parallel_units(0, 300, 1, 10,
+                                [&](UnitRuns& runs) {
+                                  for (int64_t u0, u1; runs.next(u0, u1);) {
+                                    if (u0 <= 100 * bad && 100 * bad < u1) throw Error("run failed");
+                                    done += u1 - u0;
+                                  }
                                 }),
                  Error);
-    EXPECT_EQ(done.load(), 2);  // the other parts still ran to the end
+    EXPECT_LT(done.load(), 300);
+  }
+  // a part that throws on one thread alone (no helpers) as well
+  {
+    ThreadScope one(1);
+    EXPECT_THROW(parallel_units(0, 300, 1, 10, [&](UnitRuns&) { throw Error("part failed"); }),
+                 Error);
   }
   // and the helpers are usable afterwards
   std::atomic<int64_t> sum{0};
-  parallel_units(0, 300, 1, [&](int64_t u0, int64_t u1) { sum += u1 - u0; });
+  parallel_units(0, 300, 1, 10, [&](UnitRuns& runs) {
+    for (int64_t u0, u1; runs.next(u0, u1);) sum += u1 - u0;
+  });
   EXPECT_EQ(sum.load(), 300);
 }
 
@@ -102,7 +164,9 @@ TEST(Parallel, ConcurrentCallersAllFinish) {
   for (int c = 0; c < 4; ++c)
     callers.emplace_back([&] {
       for (int k = 0; k < 200; ++k)
-        parallel_units(0, 64, 1, [&](int64_t u0, int64_t u1) { total += u1 - u0; });
+        parallel_units(0, 64, 1, 4, [&](UnitRuns& runs) {
+          for (int64_t u0, u1; runs.next(u0, u1);) total += u1 - u0;
+        });
     });
   for (auto& t : callers) t.join();
   EXPECT_EQ(total.load(), int64_t(4) * 200 * 64);
