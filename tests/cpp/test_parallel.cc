@@ -107,26 +107,26 @@ TEST(Parallel, RunsCoverEveryUnitOnce) {
 
 // The point of handing out runs: a thread that is slow (costly units, or
 // descheduled on a busy machine) takes fewer. Here the caller's thread sleeps
-// 5 ms per run; the helper's runs take microseconds, so it should take nearly
-// all of them (an equal split would leave the caller half: 32 runs, 160 ms).
-// The bound allows the helper to wake up to ~75 ms late.
-TEST(Parallel, ASlowThreadTakesFewerRuns) {
+// 5 ms per unit; the helper's units take microseconds, so it should take
+// nearly all of them (an equal split would leave the caller half: 32 units,
+// 160 ms). The bound allows the helper to wake up to ~75 ms late.
+TEST(Parallel, ASlowThreadTakesFewerUnits) {
   ThreadScope ts(2);
   const std::thread::id caller = std::this_thread::get_id();
-  std::atomic<int> mine{0}, helper{0};
+  std::atomic<int64_t> mine{0}, helper{0};
   parallel_units(0, 64, 1, 1, [&](UnitRuns& runs) {
     const bool is_caller = std::this_thread::get_id() == caller;
     for (int64_t u0, u1; runs.next(u0, u1);) {
       if (is_caller) {
-        mine++;
-        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        mine += u1 - u0;
+        std::this_thread::sleep_for(std::chrono::milliseconds(5) * (u1 - u0));
       } else {
-        helper++;
+        helper += u1 - u0;
       }
     }
   });
   EXPECT_EQ(mine.load() + helper.load(), 64);
-  EXPECT_LE(mine.load(), 16) << "the helper took only " << helper.load() << " runs";
+  EXPECT_LE(mine.load(), 16) << "the helper took only " << helper.load() << " units";
 }
 
 TEST(Parallel, AnExceptionInAnyPartReachesTheCaller) {
