@@ -1009,22 +1009,39 @@ DQ_AVX512_FN void decode_values_avx512(const float* __restrict dec, const uint8_
   constexpr int P = 8 / B;
   const int nb = S / P;
   const __m512i mask = _mm512_set1_epi32((1 << B) - 1);
-  __m512 t0 = _mm512_setzero_ps();
+  // width 8: dec[c] = +-level[c & 127] with the sign in bit 7 (the table's
+  // second half is the exact negation of its first), so the magnitude comes
+  // from the 128 levels in eight registers (four vpermt2ps, the index's bits
+  // 5-6 pick among them) and the sign is or-ed in: cheaper than a 16-lane gather
+  __m512 t[8];
   if constexpr (B == 2) {
-    t0 = _mm512_setr_ps(dec[0], dec[1], dec[2], dec[3], 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
+    t[0] = _mm512_setr_ps(dec[0], dec[1], dec[2], dec[3], 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
   } else if constexpr (B == 4) {
-    t0 = _mm512_loadu_ps(dec);
+    t[0] = _mm512_loadu_ps(dec);
+  } else {
+    for (int q = 0; q < 8; ++q) t[q] = _mm512_loadu_ps(dec + 16 * q);
   }
+  const __m512i bit5 = _mm512_set1_epi32(32), bit6 = _mm512_set1_epi32(64);
+  const __m512i signbit = _mm512_set1_epi32(int(0x80000000u));
   for (int k = 0; k < nb; k += 16) {
     const __m512i bytes = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + k)));
     for (int j = 0; j < P; ++j) {
       const int i = k + j * nb;
       const __m512i c = _mm512_and_si512(_mm512_srli_epi32(bytes, j * B), mask);
       __m512 d;
-      if constexpr (B == 2 || B == 4)
-        d = _mm512_permutexvar_ps(c, t0);
-      else
-        d = _mm512_i32gather_ps(c, dec, 4);
+      if constexpr (B == 2 || B == 4) {
+        d = _mm512_permutexvar_ps(c, t[0]);
+      } else {
+        const __mmask16 m5 = _mm512_test_epi32_mask(c, bit5), m6 = _mm512_test_epi32_mask(c, bit6);
+        const __m512 lo = _mm512_mask_blend_ps(m5, _mm512_permutex2var_ps(t[0], c, t[1]),
+                                               _mm512_permutex2var_ps(t[2], c, t[3]));
+        const __m512 hi = _mm512_mask_blend_ps(m5, _mm512_permutex2var_ps(t[4], c, t[5]),
+                                               _mm512_permutex2var_ps(t[6], c, t[7]));
+        const __m512i mag = _mm512_castps_si512(_mm512_mask_blend_ps(m6, lo, hi));
+        // mag | ((c << 24) & sign bit)
+        d = _mm512_castsi512_ps(
+            _mm512_ternarylogic_epi32(mag, _mm512_slli_epi32(c, 24), signbit, 0xF8));
+      }
       const __m512 s16 = _mm512_set1_ps(g16[i >> 4]);
       if (base)
         _mm512_storeu_ps(tile + i, _mm512_fmadd_ps(d, s16, _mm512_loadu_ps(base + i)));
