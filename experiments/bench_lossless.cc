@@ -3,12 +3,14 @@
 // raw input) of compress, decompress and the fused decompress-accumulate-
 // recompress, next to memcpy of the same bytes in the same run.
 //
-//   build/cpp/bench_lossless [--mb 16] [--reps 5] [--quick] [--only "gauss bfloat16"]
+//   build/cpp/bench_lossless [--mb 16] [--reps 5] [--quick] [--only "gauss bfloat16"] [--block-kib 256]
+//   DYNAMIQ_CPU_THREADS=2 build/cpp/bench_lossless   # codec calls on 2 threads, wall time
 //
 // Data: Gaussian of several sigmas in bf16, fp16, fp32, and two gradient-like
 // heavy-tailed sets (Student t with 2 degrees of freedom; Gaussian with a
 // log-normal scale per 256-value row and 10% exact zeros). Blocks are cut as
-// the collective cuts them (256-value units, block_bytes = 256 KiB raw).
+// the collective cuts them (256-value units, block_bytes = 256 KiB raw unless
+// --block-kib says otherwise).
 #include <algorithm>
 #include <ctime>
 #include <cmath>
@@ -23,20 +25,25 @@
 #include "kernels/float_bits.h"
 #include "kernels/identity_codec.h"
 #include "kernels/lossless_codec.h"
+#include "kernels/parallel.h"
 
 using namespace dynamiq;
 
 namespace {
 
+int64_t g_block_bytes = 256 * 1024;  // raw bytes per block (--block-kib)
+
 // CPU time of this thread: the machine is shared, and wall time would count
-// the time other processes hold the core.
+// the time other processes hold the core. With DYNAMIQ_CPU_THREADS > 1 the
+// codec calls also run on helper threads, which this clock would miss: wall
+// time then.
 double thread_seconds() {
   timespec ts;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  clock_gettime(dynamiq_cpu_threads() > 1 ? CLOCK_MONOTONIC : CLOCK_THREAD_CPUTIME_ID, &ts);
   return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
 }
 
-// Best of `reps` timed runs of fn (thread CPU seconds); one untimed warm-up.
+// Best of `reps` timed runs of fn (thread_seconds); one untimed warm-up.
 double best_time(const std::function<void()>& fn, int reps) {
   fn();
   double best = 1e30;
@@ -104,7 +111,7 @@ Row bench(const DataSet& d, int reps, bool timing) {
   const int64_t raw = int64_t(d.bytes.size());
 
   // Compression: the stats function (what the lead's Python side calls).
-  const LosslessStats s = lossless_stats(d.bytes.data(), t, numel);
+  const LosslessStats s = lossless_stats(d.bytes.data(), t, numel, g_block_bytes);
   row.ratio = s.ratio;
   row.bits = s.exponent_bits;
   row.entropy = s.exponent_entropy;
@@ -113,15 +120,15 @@ Row bench(const DataSet& d, int reps, bool timing) {
   LosslessOptions zip, huf;
   zip.formats = 0x5;
   huf.formats = 0x9;
-  row.ratio_zip = lossless_stats(d.bytes.data(), t, numel, 256 * 1024, zip).ratio;
-  row.ratio_huff = lossless_stats(d.bytes.data(), t, numel, 256 * 1024, huf).ratio;
+  row.ratio_zip = lossless_stats(d.bytes.data(), t, numel, g_block_bytes, zip).ratio;
+  row.ratio_huff = lossless_stats(d.bytes.data(), t, numel, g_block_bytes, huf).ratio;
   row.zip_sigma_bits = zipccl_sigma_rule_bits(d.bytes.data(), t, numel);
   if (!timing) return row;
 
   // Throughput through the codec interface, blocks as the collective cuts them.
   LosslessCodec codec;
   Plan plan = make_lossless_plan(t, numel, 1);
-  BlockTable bt = make_blocks(plan, 256 * 1024);
+  BlockTable bt = make_blocks(plan, g_block_bytes);
   std::vector<size_t> off(bt.blocks.size() + 1, 0), len(bt.blocks.size());
   for (size_t i = 0; i < bt.blocks.size(); ++i) off[i + 1] = off[i] + codec.max_message_bytes(plan, bt.blocks[i]);
   std::vector<uint8_t> msgs(off.back()), out(off.back()), dst(d.bytes.size()), cpy(d.bytes.size());
@@ -184,8 +191,10 @@ int main(int argc, char** argv) {
     else if (a == "--reps" && i + 1 < argc) reps = std::atoi(argv[++i]);
     else if (a == "--quick") quick = true;
     else if (a == "--only" && i + 1 < argc) only = argv[++i];
+    else if (a == "--block-kib" && i + 1 < argc) g_block_bytes = int64_t(std::atoi(argv[++i])) * 1024;
     else {
-      std::fprintf(stderr, "usage: %s [--mb MB] [--reps N] [--quick] [--only SUBSTRING]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--mb MB] [--reps N] [--quick] [--only SUBSTRING] [--block-kib KIB]\n",
+                   argv[0]);
       return 2;
     }
   }
@@ -203,11 +212,18 @@ int main(int argc, char** argv) {
     specs.push_back({"t2", t, 1e-4});
     specs.push_back({"grad", t, 1e-4});
   }
-  std::printf("lossless codec, one core, %.0f MB raw per set, best of %d; blocks of 256 KiB raw\n", mb, reps);
+  const int threads = dynamiq_cpu_threads();
+  if (threads > 1)
+    std::printf("lossless codec, %d threads per call (DYNAMIQ_CPU_THREADS; memcpy stays one thread), %.0f MB raw per set, best of %d; blocks of %lld KiB raw\n",
+                threads, mb, reps, (long long)(g_block_bytes / 1024));
+  else
+    std::printf("lossless codec, one core, %.0f MB raw per set, best of %d; blocks of %lld KiB raw\n", mb, reps,
+                (long long)(g_block_bytes / 1024));
   std::printf("ratio = wire bytes / raw bytes (headers and tables included); zip = ZipCCL top-7 only;\n");
   std::printf("huff = Huffman only; bits/exp = achieved exponent bits (tables included) vs entropy H\n");
   std::printf("(whole tensor) and Hb (per-block mean); sigma-rule = ZipCCL's 3 + escapes with the window\n");
-  std::printf("from log2(sigma) - 5.35. Throughput in GB/s of raw input (thread CPU time); x = ratio to\n");
+  std::printf("from log2(sigma) - 5.35. Throughput in GB/s of raw input (%s); x = ratio to\n",
+              threads > 1 ? "wall time" : "thread CPU time");
   std::printf("memcpy of the same bytes in the same run; none DAR = mode none's fused hop on the same blocks.\n\n");
   std::printf("| data | ratio | zip | huff | bits/exp | H | Hb | sigma-rule bits | blocks p/c/z/h | memcpy | compress | decompress | DAR | none DAR |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");

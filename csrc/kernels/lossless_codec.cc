@@ -4,6 +4,9 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <mutex>
+
+#include "parallel.h"
 
 namespace dynamiq {
 
@@ -16,9 +19,23 @@ namespace {
 
 [[noreturn]] void bad(const std::string& what) { throw MalformedMessage("lossless: " + what); }
 
+// Segments per thread below which a call does not split (64 x 1024 values,
+// about the DynamiQ and bitsplit codecs' 64K elements), and per run. Every
+// segment's bytes are a function of its own exponents and of the block's
+// plan, so any assignment of segments to threads gives the same message.
+constexpr int64_t kMinSegmentsPerThread = 64;
+constexpr int64_t kSegmentsPerRun = 16;
+// The largest Huffman stream of a segment.
+constexpr int64_t kMaxStreamBytes = kSegment * kMaxCodeLen / 8;
+
 // Per-thread scratch (the executor runs one group's collectives on one thread).
+// A call's threads share the caller's: bind a reference before parallel_units
+// (a lambda naming a thread_local gets its own thread's).
 struct Scratch {
   std::vector<uint8_t> exps, raw_in, raw_out;
+  std::vector<uint8_t> spill;  // escapes / streams of segments not written in place
+  LosslessEncodePlan enc;
+  LosslessDecodePlan dec;
 };
 Scratch& scratch() {
   thread_local Scratch s;
@@ -37,8 +54,9 @@ void check_count(int64_t n) {
 
 // ---- histogram -------------------------------------------------------------------
 
-// Eight sub-histograms: exponents concentrate on a few values, and one table
-// would serialise on the store-to-load latency of the same counter.
+// Adds the counts of e[0, m) to out. Eight sub-histograms: exponents
+// concentrate on a few values, and one table would serialise on the
+// store-to-load latency of the same counter.
 void histogram(const uint8_t* e, int64_t m, uint64_t* out /*256*/) {
   uint32_t h[8][256];
   std::memset(h, 0, sizeof(h));
@@ -59,28 +77,30 @@ void histogram(const uint8_t* e, int64_t m, uint64_t* out /*256*/) {
   for (int s = 0; s < 256; ++s) {
     uint64_t t = 0;
     for (int k = 0; k < 8; ++k) t += h[k][s];
-    out[s] = t;
+    out[s] += t;
   }
 }
 
-// ---- split: values -> SM planes + tail + exponent bytes --------------------------
+// ---- split: values -> SM planes + exponent bytes ----------------------------------
 // Flat loops over the same element functions as split_group (so they vectorise);
-// the tests check they agree with split_group byte for byte.
+// the tests check they agree with split_group byte for byte. Body values
+// [i0, i1), i0 a multiple of kSegment; the tail is copied by the caller.
 
 template <DType T>
-void split_block(const typename Split<T>::word* v, const Layout& L, uint8_t* msg, uint8_t* exps) {
+void split_block(const typename Split<T>::word* v, const Layout& L, int64_t i0, int64_t i1,
+                 uint8_t* msg, uint8_t* exps) {
   using S = Split<T>;
-  const int64_t m = L.body, G = L.groups;
+  const int64_t G = L.groups;
   uint8_t* sm = msg + kHeaderBytes;
   if constexpr (T == DType::kBF16) {
-    for (int64_t i = 0; i < m; ++i) {
+    for (int64_t i = i0; i < i1; ++i) {
       sm[i] = S::sm(v[i]);
       exps[i] = S::exponent(v[i]);
     }
   } else if constexpr (T == DType::kF16) {
     uint8_t hi[kSegment];  // hi3 of one segment, packed into planes below
-    for (int64_t b = 0; b < m; b += kSegment) {
-      const int64_t c = std::min<int64_t>(kSegment, m - b);
+    for (int64_t b = i0; b < i1; b += kSegment) {
+      const int64_t c = std::min<int64_t>(kSegment, i1 - b);
       for (int64_t i = 0; i < c; ++i) {
         sm[b + i] = S::lo(v[b + i]);
         exps[b + i] = S::exponent(v[b + i]);
@@ -97,27 +117,27 @@ void split_block(const typename Split<T>::word* v, const Layout& L, uint8_t* msg
     }
   } else {
     uint8_t* hi = sm + 16 * G;
-    for (int64_t i = 0; i < m; ++i) {
+    for (int64_t i = i0; i < i1; ++i) {
       const uint16_t lo = S::lo16(v[i]);
       std::memcpy(sm + 2 * i, &lo, 2);
       hi[i] = S::hi(v[i]);
       exps[i] = S::exponent(v[i]);
     }
   }
-  if (L.tail) std::memcpy(msg + L.tail_offset, v + m, size_t(L.tail) * sizeof(typename S::word));
 }
 
 template <DType T>
-void merge_block(const uint8_t* msg, const Layout& L, const uint8_t* exps, typename Split<T>::word* v) {
+void merge_block(const uint8_t* msg, const Layout& L, const uint8_t* exps, int64_t i0, int64_t i1,
+                 typename Split<T>::word* v) {
   using S = Split<T>;
-  const int64_t m = L.body, G = L.groups;
+  const int64_t G = L.groups;
   const uint8_t* sm = msg + kHeaderBytes;
   if constexpr (T == DType::kBF16) {
-    for (int64_t i = 0; i < m; ++i) v[i] = S::merge(exps[i], sm[i]);
+    for (int64_t i = i0; i < i1; ++i) v[i] = S::merge(exps[i], sm[i]);
   } else if constexpr (T == DType::kF16) {
     uint8_t hi[kSegment];
-    for (int64_t b = 0; b < m; b += kSegment) {
-      const int64_t c = std::min<int64_t>(kSegment, m - b);
+    for (int64_t b = i0; b < i1; b += kSegment) {
+      const int64_t c = std::min<int64_t>(kSegment, i1 - b);
       for (int64_t g = 0; g < c / 8; ++g) {
         const int64_t gg = b / 8 + g;
         const uint64_t x = unpack_plane(sm[8 * G + gg]) | (unpack_plane(sm[9 * G + gg]) << 1) |
@@ -128,55 +148,69 @@ void merge_block(const uint8_t* msg, const Layout& L, const uint8_t* exps, typen
     }
   } else {
     const uint8_t* hi = sm + 16 * G;
-    for (int64_t i = 0; i < m; ++i) {
+    for (int64_t i = i0; i < i1; ++i) {
       uint16_t lo;
       std::memcpy(&lo, sm + 2 * i, 2);
       v[i] = S::merge(exps[i], lo, hi[i]);
     }
   }
-  if (L.tail) std::memcpy(v + m, msg + L.tail_offset, size_t(L.tail) * sizeof(typename S::word));
 }
 
 // ---- exponent section encoders (CPU loops) ------------------------------------------
+// By runs of segments [r0, r1). The plain section and the zip code planes
+// have fixed offsets. A segment's zip escapes or Huffman stream start where
+// the earlier segments' end: the run that starts at segment 0 (the only run
+// on one thread) writes them in place at `direct`; any other run writes
+// segment s's to spill + s * slot (slot: the most a segment can take), and
+// gather_spilled moves them into place once the section's table holds every
+// segment's size.
 
 int64_t zip_section_bytes(const Layout& L, int64_t n_esc) {
   return kZipTableBytes + 2 * L.segments + 3 * L.groups + n_esc;
 }
 int64_t huff_header_bytes(const Layout& L, int k) { return 1 + k + (k + 1) / 2 + 2 * L.segments; }
 
-void encode_zip(const uint8_t* exps, const LosslessEncodePlan& p, uint8_t* sec) {
-  const Layout& L = p.layout;
-  std::memcpy(sec, p.prefix, kZipTableBytes);
-  uint8_t* meta = sec + kZipTableBytes;
-  uint8_t* planes = meta + 2 * L.segments;
-  uint8_t* esc = planes + 3 * L.groups;
-  const int64_t G = L.groups;
-  uint32_t n_esc = 0;
-  for (int64_t s = 0; s < L.segments; ++s) {
-    const uint32_t before = n_esc;
-    const int64_t g0 = s * (kSegment / kGroup);
-    const int64_t g1 = std::min<int64_t>(G, g0 + kSegment / kGroup);
-    for (int64_t g = g0; g < g1; ++g) zip_encode_group(exps, g, G, p.zip_code_of, planes, esc, &n_esc);
-    store_u16(meta + 2 * s, uint16_t(n_esc - before));
+template <DType T>
+void encode_plain(const uint8_t* exps, const Layout& L, int64_t r0, int64_t r1, uint8_t* sec) {
+  if constexpr (T == DType::kF16) {
+    const int64_t g1 = std::min<int64_t>(L.groups, r1 * (kSegment / kGroup));
+    for (int64_t g = r0 * (kSegment / kGroup); g < g1; ++g) plain5_encode_group(exps, g, L.groups, sec);
+  } else {
+    const int64_t i0 = r0 * kSegment;
+    std::memcpy(sec + i0, exps + i0, size_t(std::min(L.body, r1 * kSegment) - i0));
   }
 }
 
-// Returns the section size.
-int64_t encode_huffman(const uint8_t* exps, const LosslessEncodePlan& p, uint8_t* sec) {
+void encode_zip(const uint8_t* exps, const LosslessEncodePlan& p, int64_t r0, int64_t r1, uint8_t* sec,
+                uint8_t* direct, uint8_t* spill) {
   const Layout& L = p.layout;
-  std::memcpy(sec, p.prefix, size_t(p.prefix_bytes));
-  uint32_t enc[256];  // code | length << 16: one load per symbol
-  for (int i = 0; i < 256; ++i) enc[i] = p.huff_code[i] | (uint32_t(p.huff_len[i]) << 16);
+  uint8_t* meta = sec + kZipTableBytes;
+  uint8_t* planes = meta + 2 * L.segments;
+  const int64_t G = L.groups;
+  for (int64_t s = r0; s < r1; ++s) {
+    uint8_t* esc = direct ? direct : spill + s * kSegment;
+    uint32_t n_esc = 0;
+    const int64_t g0 = s * (kSegment / kGroup);
+    const int64_t g1 = std::min<int64_t>(G, g0 + kSegment / kGroup);
+    for (int64_t g = g0; g < g1; ++g) zip_encode_group(exps, g, G, p.zip_code_of, planes, esc, &n_esc);
+    store_u16(meta + 2 * s, uint16_t(n_esc));
+    if (direct) direct += n_esc;
+  }
+}
+
+// enc[e] = code | length << 16: one load per symbol.
+void encode_huffman(const uint8_t* exps, const LosslessEncodePlan& p, const uint32_t* enc, int64_t r0,
+                    int64_t r1, uint8_t* sec, uint8_t* direct, uint8_t* spill) {
+  const Layout& L = p.layout;
   uint8_t* meta = sec + p.prefix_bytes;
-  uint8_t* out = meta + 2 * L.segments;
   // Two segments at a time: two independent bit writers (four spill registers).
-  // Each writes to a private buffer with slack, then is copied into place.
+  // Each writes to a private buffer with slack, then is copied into place
+  // (or its spill slot).
   constexpr int kLanes = 2;
-  constexpr int kLaneBytes = kSegment * kMaxCodeLen / 8 + 16;
+  constexpr int kLaneBytes = kMaxStreamBytes + 16;
   alignas(64) uint8_t buf[kLanes][kLaneBytes];
-  int64_t pos = 0;
-  for (int64_t s0 = 0; s0 < L.segments; s0 += kLanes) {
-    const int lanes = int(std::min<int64_t>(kLanes, L.segments - s0));
+  for (int64_t s0 = r0; s0 < r1; s0 += kLanes) {
+    const int lanes = int(std::min<int64_t>(kLanes, r1 - s0));
     HuffWriter w[kLanes];
     const uint8_t* sy[kLanes];
     int cnt[kLanes];
@@ -204,49 +238,81 @@ int64_t encode_huffman(const uint8_t* exps, const LosslessEncodePlan& p, uint8_t
         huff_flush_slack(w[l], buf[l]);
       }
       const uint32_t b = huff_finish(w[l], buf[l]);
-      std::memcpy(out + pos, buf[l], b);
+      std::memcpy(direct ? direct : spill + (s0 + l) * kMaxStreamBytes, buf[l], b);
       store_u16(meta + 2 * (s0 + l), uint16_t(b));
-      pos += b;
+      if (direct) direct += b;
     }
   }
-  return p.prefix_bytes + 2 * L.segments + pos;
+}
+
+// Moves the escapes or streams of segments [s1, S) from their spill slots to
+// their places after those of segments [0, s1); returns the bytes of all.
+int64_t gather_spilled(const uint8_t* meta, int64_t s1, int64_t S, const uint8_t* spill, int64_t slot,
+                       uint8_t* payload) {
+  int64_t pos = 0;
+  for (int64_t s = 0; s < S; ++s) {
+    const uint16_t b = load_u16(meta + 2 * s);
+    if (s >= s1) std::memcpy(payload + pos, spill + s * slot, b);
+    pos += b;
+  }
+  return pos;
 }
 
 template <DType T>
 size_t encode_impl(const typename Split<T>::word* v, int64_t n, uint8_t* out,
                    const LosslessOptions& opt, LosslessBlockInfo* info) {
   const Layout L = make_layout(T, n);
-  const int64_t m = L.body;
-  uint8_t* exps = grow(scratch().exps, size_t(m));
-  split_block<T>(v, L, out, exps);
-  uint64_t hist[256];
-  histogram(exps, m, hist);
-  thread_local LosslessEncodePlan p;
+  const int64_t m = L.body, S = L.segments;
+  Scratch& sc = scratch();
+  uint8_t* exps = grow(sc.exps, size_t(m));
+  // Split and count by runs of segments; the parts' counts are summed (any order).
+  uint64_t hist[256] = {};
+  std::mutex mu;
+  parallel_units(0, S, kMinSegmentsPerThread, kSegmentsPerRun, [&](UnitRuns& runs) {
+    uint64_t h[256] = {};
+    for (int64_t r0, r1; runs.next(r0, r1);) {
+      const int64_t i0 = r0 * kSegment, i1 = std::min(m, r1 * kSegment);
+      split_block<T>(v, L, i0, i1, out, exps);
+      histogram(exps + i0, i1 - i0, h);
+    }
+    std::lock_guard<std::mutex> lk(mu);
+    for (int e = 0; e < 256; ++e) hist[e] += h[e];
+  });
+  if (L.tail) std::memcpy(out + L.tail_offset, v + m, size_t(L.tail) * sizeof(typename Split<T>::word));
+  LosslessEncodePlan& p = sc.enc;
   lossless_plan_encode(T, n, hist, opt, p);
 
   uint8_t* sec = out + L.static_bytes;
-  int64_t dyn = 0;
-  switch (p.format) {
-    case ExpFormat::kPlain:
-      if constexpr (T == DType::kF16) {
-        for (int64_t g = 0; g < L.groups; ++g) plain5_encode_group(exps, g, L.groups, sec);
-      } else if (m > 0) {
-        std::memcpy(sec, exps, size_t(m));
+  int64_t dyn = p.section_bytes;  // exact, except Huffman: below
+  if (p.format == ExpFormat::kConst) {
+    sec[0] = p.syms[0];
+  } else {
+    const bool zip = p.format == ExpFormat::kZip, huff = p.format == ExpFormat::kHuffman;
+    std::memcpy(sec, p.prefix, size_t(p.prefix_bytes));
+    uint8_t* meta = sec + p.prefix_bytes;
+    uint8_t* payload = meta + 2 * S + (zip ? 3 * L.groups : 0);
+    const int64_t slot = huff ? kMaxStreamBytes : kSegment;
+    uint8_t* spill = zip || huff ? grow(sc.spill, size_t(S * slot)) : nullptr;
+    uint32_t enc[256];
+    if (huff)
+      for (int i = 0; i < 256; ++i) enc[i] = p.huff_code[i] | (uint32_t(p.huff_len[i]) << 16);
+    int64_t in_place = 0;  // segments [0, in_place) wrote their escapes or streams in place
+    parallel_units(0, S, kMinSegmentsPerThread, kSegmentsPerRun, [&](UnitRuns& runs) {
+      for (int64_t r0, r1; runs.next(r0, r1);) {
+        uint8_t* direct = nullptr;
+        if (r0 == 0) direct = payload, in_place = r1;
+        if (zip) encode_zip(exps, p, r0, r1, sec, direct, spill);
+        else if (huff) encode_huffman(exps, p, enc, r0, r1, sec, direct, spill);
+        else encode_plain<T>(exps, L, r0, r1, sec);
       }
-      dyn = L.plain_bytes;
-      break;
-    case ExpFormat::kConst:
-      sec[0] = p.syms[0];
-      dyn = 1;
-      break;
-    case ExpFormat::kZip:
-      encode_zip(exps, p, sec);
-      dyn = p.section_bytes;
-      break;
-    case ExpFormat::kHuffman:
-      dyn = encode_huffman(exps, p, sec);
-      if (dyn > p.section_bytes) throw Error("lossless: Huffman section exceeded its bound (bug)");
-      break;
+    });
+    if (zip || huff) {
+      const int64_t bytes = gather_spilled(meta, in_place, S, spill, slot, payload);
+      if (huff) {
+        dyn = payload - sec + bytes;
+        if (dyn > p.section_bytes) throw Error("lossless: Huffman section exceeded its bound (bug)");
+      }
+    }
   }
   lossless_write_header(out, T, n, p.format, uint32_t(dyn));
 
@@ -305,24 +371,27 @@ Header check_header(const uint8_t* p, DType dtype, const Layout& L) {
 
 // ---- decoding (CPU loops over a parsed plan) ------------------------------------------
 
-void decode_exponents(const LosslessDecodePlan& P, DType dtype, const uint8_t* sec, uint8_t* exps) {
+// Exponents of segments [r0, r1) (the bf16/fp32 plain section is read in
+// place). mtable: the Huffman multi-symbol table, or null.
+void decode_exponents(const LosslessDecodePlan& P, const uint8_t* sec, const uint32_t* mtable, int64_t r0,
+                      int64_t r1, uint8_t* exps) {
   const Layout& L = P.layout;
-  const int64_t m = L.body, G = L.groups, S = L.segments;
+  const int64_t m = L.body, G = L.groups;
   switch (P.format) {
-    case ExpFormat::kPlain:
-      if (dtype == DType::kF16) {
-        for (int64_t g = 0; g < G; ++g) plain5_decode_group(sec, g, G, exps);
-      } else if (m > 0) {
-        std::memcpy(exps, sec, size_t(m));
-      }
+    case ExpFormat::kPlain: {  // fp16
+      const int64_t g1 = std::min<int64_t>(G, r1 * (kSegment / kGroup));
+      for (int64_t g = r0 * (kSegment / kGroup); g < g1; ++g) plain5_decode_group(sec, g, G, exps);
       return;
-    case ExpFormat::kConst:
-      std::memset(exps, P.constant, size_t(m));
+    }
+    case ExpFormat::kConst: {
+      const int64_t i0 = r0 * kSegment;
+      std::memset(exps + i0, P.constant, size_t(std::min(m, r1 * kSegment) - i0));
       return;
+    }
     case ExpFormat::kZip: {
       const uint8_t* planes = sec + P.planes_offset;
       const uint8_t* esc = sec + P.payload_offset;
-      for (int64_t s = 0; s < S; ++s) {
+      for (int64_t s = r0; s < r1; ++s) {
         uint32_t pos = P.seg_start[size_t(s)];
         const uint32_t end = P.seg_start[size_t(s) + 1];
         const int64_t g0 = s * (kSegment / kGroup);
@@ -337,15 +406,10 @@ void decode_exponents(const LosslessDecodePlan& P, DType dtype, const uint8_t* s
       const uint16_t* table = P.huff_table.data();
       const uint8_t* streams = sec + P.payload_offset;
       const uint64_t total = uint64_t(P.payload_bytes);
-      // Multi-symbol table: worth its 2048 entries only for longer sections.
-      const bool multi = m >= 8 * kSegment;
-      alignas(64) uint32_t mtable[kDecodeTableSize];
-      if (multi)
-        for (uint32_t q = 0; q < uint32_t(kDecodeTableSize); ++q) mtable[q] = huff_multi_entry(table, q);
       // Four segments in lockstep: four independent lookup chains.
       constexpr int kLanes = 4;
-      for (int64_t s0 = 0; s0 < S; s0 += kLanes) {
-        const int lanes = int(std::min<int64_t>(kLanes, S - s0));
+      for (int64_t s0 = r0; s0 < r1; s0 += kLanes) {
+        const int lanes = int(std::min<int64_t>(kLanes, r1 - s0));
         HuffReader r[kLanes];
         uint32_t sb[kLanes];
         int cnt[kLanes];
@@ -359,7 +423,7 @@ void decode_exponents(const LosslessDecodePlan& P, DType dtype, const uint8_t* s
           o[l] = exps + (s0 + l) * kSegment;
         }
         int pos[kLanes] = {0, 0, 0, 0};
-        if (lanes == kLanes && multi) {
+        if (lanes == kLanes && mtable) {
           // Up to 15 symbols per lane and round, writing at most 16 bytes.
           const int cmin = std::min(std::min(cnt[0], cnt[1]), std::min(cnt[2], cnt[3]));
           while (pos[0] + 16 <= cmin && pos[1] + 16 <= cmin && pos[2] + 16 <= cmin &&
@@ -393,19 +457,28 @@ void decode_exponents(const LosslessDecodePlan& P, DType dtype, const uint8_t* s
 
 template <DType T>
 void decode_impl(const uint8_t* in, size_t in_bytes, int64_t n, typename Split<T>::word* v) {
-  thread_local LosslessDecodePlan P;
+  Scratch& sc = scratch();
+  LosslessDecodePlan& P = sc.dec;
   lossless_parse(in, in_bytes, T, n, P);
   const Layout& L = P.layout;
+  const int64_t m = L.body;
   const uint8_t* sec = in + L.static_bytes;
-  const uint8_t* exps;
-  if (P.format == ExpFormat::kPlain && T != DType::kF16) {
-    exps = sec;  // one exponent per byte already
-  } else {
-    uint8_t* e = grow(scratch().exps, size_t(L.body));
-    decode_exponents(P, T, sec, e);
-    exps = e;
-  }
-  merge_block<T>(in, L, exps, v);
+  // bf16/fp32 plain: one exponent per byte already
+  uint8_t* e = P.format == ExpFormat::kPlain && T != DType::kF16 ? nullptr : grow(sc.exps, size_t(m));
+  const uint8_t* exps = e ? e : sec;
+  // Multi-symbol table: worth its 2048 entries only for longer sections.
+  alignas(64) uint32_t mtable[kDecodeTableSize];
+  const bool multi = P.format == ExpFormat::kHuffman && m >= 8 * kSegment;
+  if (multi)
+    for (uint32_t q = 0; q < uint32_t(kDecodeTableSize); ++q) mtable[q] = huff_multi_entry(P.huff_table.data(), q);
+  // By runs of segments: they decode independently given P.seg_start.
+  parallel_units(0, L.segments, kMinSegmentsPerThread, kSegmentsPerRun, [&](UnitRuns& runs) {
+    for (int64_t r0, r1; runs.next(r0, r1);) {
+      if (e) decode_exponents(P, sec, multi ? mtable : nullptr, r0, r1, e);
+      merge_block<T>(in, L, exps, r0 * kSegment, std::min(m, r1 * kSegment), v);
+    }
+  });
+  if (L.tail) std::memcpy(v + m, in + L.tail_offset, size_t(L.tail) * sizeof(typename Split<T>::word));
 }
 
 }  // namespace

@@ -43,7 +43,7 @@ def cpu_threads() -> int:
 def set_cpu_threads(n: int) -> int:
     """Lets each CPU codec call split its units over `n` threads (1..256); returns the old value.
 
-    Applies to the dynamiq and bitsplit codecs (lossless calls run on one thread). Process-wide,
+    Applies to the dynamiq, bitsplit and lossless codecs. Process-wide,
     like ``torch.set_num_threads``. Results are bit-identical for every `n`. The
     default is 1 because a DDP job usually runs one process per core or GPU (torchrun sets
     OMP_NUM_THREADS=1 for the same reason); raise it when a rank has cores to itself. A call that

@@ -1,9 +1,9 @@
 // Splitting codec calls over CPU threads (csrc/kernels/parallel.h): the
 // runs cover every unit once, a slow thread takes fewer runs, exceptions come
 // back to the caller, the
-// setting is validated, concurrent callers do not deadlock, and every DynamiQ
-// and bitsplit kernel gives the same bytes / float bits with 1, 2 and 3
-// threads as the single-threaded call (blocks that do not start at wire
+// setting is validated, concurrent callers do not deadlock, and every DynamiQ,
+// bitsplit and lossless kernel gives the same bytes / float bits with 1, 2 and
+// 3 threads as the single-threaded call (blocks that do not start at wire
 // position 0 included, so parts must find their own wire offsets).
 #include <gtest/gtest.h>
 
@@ -20,6 +20,7 @@
 
 #include "kernels/bitsplit_codec.h"
 #include "kernels/dynamiq_codec.h"
+#include "kernels/lossless_codec.h"
 #include "kernels/parallel.h"
 #include "test_dynamiq_util.h"
 
@@ -325,6 +326,164 @@ TEST(Parallel, BitsplitKernelsAreBitIdenticalWithThreads) {
         }
       }
     }
+  }
+}
+
+// ---- every lossless kernel: the same, with messages of data-dependent size ---------------
+
+// run_kernels for a codec whose messages have a dynamic part: output buffers
+// of the largest message, cut to the returned sizes; `msg` is a whole message.
+Outputs run_lossless_kernels(const LosslessCodec& codec, const Plan& plan, const Block& blk,
+                             const std::vector<uint8_t>& bucket, const std::vector<uint8_t>& msg) {
+  Outputs o;
+  RngCtx rng;
+  Local x;
+  x.bucket = bucket.data();
+  const size_t most = codec.max_message_bytes(plan, blk);
+  o.comp.assign(most, 0);
+  o.comp.resize(codec.compress(x, plan, blk, rng, o.comp.data()));
+  o.fused.assign(most, 0);
+  o.fused.resize(codec.decompress_accumulate_recompress(msg.data(), msg.size(), x, plan, blk, rng,
+                                                        o.fused.data()));
+  o.acc.assign(size_t(blk.units() * plan.unit), -1.0f);
+  codec.decompress_accumulate(msg.data(), msg.size(), x, plan, blk, o.acc.data());
+  o.dec.assign(bucket.size(), 0xAB);
+  Output y;
+  y.bucket = o.dec.data();
+  y.divisor = 4.0f;
+  codec.decompress(msg.data(), msg.size(), plan, blk, y);
+  return o;
+}
+
+// numel values of dtype dt whose exponents make the encoder choose `want`
+// (with the formats of the codec in the test).
+std::vector<uint8_t> lossless_data(lossless::ExpFormat want, DType dt, int64_t numel, uint64_t seed) {
+  std::mt19937_64 g(seed);
+  std::uniform_real_distribution<float> one(1.0f, 1.9f);  // one exponent (1.9: no rounding up to 2)
+  const std::vector<float> gs = gaussian(size_t(numel), seed);
+  std::vector<uint8_t> b(size_t(numel) * size_t(dtype_size(dt)));
+  for (int64_t i = 0; i < numel; ++i) {
+    uint32_t w;
+    if (want == lossless::ExpFormat::kPlain) {
+      w = uint32_t(g());  // random bits: uniform exponents
+    } else {
+      const float v = want == lossless::ExpFormat::kConst ? (g() & 1 ? -one(g) : one(g)) : gs[size_t(i)];
+      w = dt == DType::kF32 ? f32_bits(v) : dt == DType::kBF16 ? f32_to_bf16(v) : f32_to_f16(v);
+    }
+    std::memcpy(b.data() + size_t(i) * size_t(dtype_size(dt)), &w, size_t(dtype_size(dt)));
+  }
+  return b;
+}
+
+// Segments are split over threads: zip escape offsets and Huffman stream
+// offsets of later segments depend on every earlier one, and the parts'
+// histograms are summed. Blocks of ~300 segments (several runs per thread),
+// one ending in a partial segment and a tail, one not starting at 0.
+TEST(Parallel, LosslessKernelsAreBitIdenticalWithThreads) {
+  using lossless::ExpFormat;
+  const int64_t numel = 300 * 1024 + 5;
+  struct Case {
+    ExpFormat want;
+    uint32_t formats;  // LosslessOptions: zip never beats Huffman on this data, so it goes alone
+  };
+  const Case cases[] = {{ExpFormat::kPlain, 0xf},
+                        {ExpFormat::kConst, 0xf},
+                        {ExpFormat::kZip, 0x5},
+                        {ExpFormat::kHuffman, 0xf}};
+  for (const Case& c : cases) {
+    LosslessOptions opt;
+    opt.formats = c.formats;
+    const LosslessCodec codec(opt);
+    for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
+      const std::vector<uint8_t> bucket = lossless_data(c.want, dt, numel, 21);
+      const std::vector<uint8_t> ybucket = lossless_data(c.want, dt, numel, 22);
+      const Plan plan = make_lossless_plan(dt, numel, 1);
+      for (const Block blk : {Block{0, plan.num_units}, Block{37, plan.num_units}}) {
+        const std::string what = std::string(lossless::exp_format_name(c.want)) + " " +
+                                 dtype_name(dt) + " block " + std::to_string(blk.w0);
+        // the "received" message: another rank's compression of y
+        Local ly;
+        ly.bucket = ybucket.data();
+        std::vector<uint8_t> msg(codec.max_message_bytes(plan, blk));
+        Outputs ref;
+        {
+          ThreadScope one(1);
+          msg.resize(codec.compress(ly, plan, blk, RngCtx(), msg.data()));
+          ref = run_lossless_kernels(codec, plan, blk, bucket, msg);
+        }
+        ASSERT_EQ(lossless_format_of(msg.data()), c.want) << what;
+        ASSERT_EQ(lossless_format_of(ref.comp.data()), c.want) << what;
+        for (int threads : {1, 2, 3}) {
+          ThreadScope ts(threads);
+          const Outputs got = run_lossless_kernels(codec, plan, blk, bucket, msg);
+          expect_same_outputs(got, ref, what + " threads " + std::to_string(threads));
+        }
+      }
+    }
+  }
+}
+
+// A late segment's bad zip escape count or Huffman stream length is found by
+// whichever thread decodes it, and reaches the caller as MalformedMessage.
+TEST(Parallel, LosslessMalformedSegmentThrowsWithThreads) {
+  using lossless::ExpFormat;
+  const int64_t numel = 300 * 1024;
+  const DType dt = DType::kBF16;
+  const std::vector<uint8_t> bucket = lossless_data(ExpFormat::kHuffman, dt, numel, 23);
+  const Plan plan = make_lossless_plan(dt, numel, 1);
+  const Block blk{0, plan.num_units};
+  const int64_t S = 300;
+  const size_t sb = lossless_static_bytes(dt, numel);
+  ThreadScope ts(2);
+  for (uint32_t formats : {0x5u, 0x9u}) {
+    LosslessOptions opt;
+    opt.formats = formats;
+    const LosslessCodec codec(opt);
+    Local x;
+    x.bucket = bucket.data();
+    std::vector<uint8_t> msg(codec.max_message_bytes(plan, blk));
+    msg.resize(codec.compress(x, plan, blk, RngCtx(), msg.data()));
+    const bool zip = lossless_format_of(msg.data()) == ExpFormat::kZip;
+    ASSERT_EQ(lossless_format_of(msg.data()), formats == 0x5u ? ExpFormat::kZip : ExpFormat::kHuffman);
+    // The u16 table of per-segment escape counts (zip: after the 8-byte code
+    // table) or stream bytes (Huffman: after k - 1, k symbols, k lengths).
+    size_t table = sb + 8;
+    if (!zip) {
+      const int k = int(msg[sb]) + 1;
+      table = sb + size_t(1 + k + (k + 1) / 2);
+    }
+    for (int64_t s : {S - 40, S - 2}) {
+      // One escape / stream byte moved from segment s to s + 1: the table
+      // still adds up (parsing passes), segment s does not decode.
+      std::vector<uint8_t> bad(msg);
+      uint16_t a, b;
+      std::memcpy(&a, bad.data() + table + 2 * size_t(s), 2);
+      std::memcpy(&b, bad.data() + table + 2 * size_t(s) + 2, 2);
+      ASSERT_GT(a, 0);
+      --a, ++b;
+      std::memcpy(bad.data() + table + 2 * size_t(s), &a, 2);
+      std::memcpy(bad.data() + table + 2 * size_t(s) + 2, &b, 2);
+      const std::string what = std::string(zip ? "zip" : "huffman") + " segment " + std::to_string(s);
+      std::vector<uint8_t> out(codec.max_message_bytes(plan, blk));
+      std::vector<float> acc(size_t(blk.units() * plan.unit));
+      std::vector<uint8_t> dec(bucket.size());
+      Output y;
+      y.bucket = dec.data();
+      EXPECT_THROW(codec.decompress(bad.data(), bad.size(), plan, blk, y), MalformedMessage) << what;
+      EXPECT_THROW(codec.decompress_accumulate(bad.data(), bad.size(), x, plan, blk, acc.data()),
+                   MalformedMessage)
+          << what;
+      EXPECT_THROW(codec.decompress_accumulate_recompress(bad.data(), bad.size(), x, plan, blk,
+                                                          RngCtx(), out.data()),
+                   MalformedMessage)
+          << what;
+    }
+    // and the intact message still decodes
+    std::vector<uint8_t> dec(bucket.size());
+    Output y;
+    y.bucket = dec.data();
+    codec.decompress(msg.data(), msg.size(), plan, blk, y);
+    EXPECT_TRUE(dec == bucket);
   }
 }
 

@@ -1,9 +1,9 @@
 """Codec calls may split over CPU threads (dynamiq.set_cpu_threads); results must not change.
 
 The in-process simulation runs every rank on its own thread with the real schedule and codec, so
-with 2 threads some calls split their units (DynamiQ super-groups, bitsplit groups of groups) over
-the helpers and others (finding them busy) run alone: every rank's result must equal the
-single-threaded one bit for bit.
+with 2 threads some calls split their units (DynamiQ super-groups, bitsplit groups of groups,
+lossless exponent segments) over the helpers and others (finding them busy) run alone: every rank's
+result must equal the single-threaded one bit for bit.
 """
 import pytest
 import torch
@@ -38,10 +38,14 @@ def _bits(t):
     (3, torch.bfloat16, "dynamiq", "independent", "butterfly"),
     (2, torch.float32, "bitsplit", "stochastic", "twostep"),
     (3, torch.bfloat16, "bitsplit", "nearest", "ring"),
+    (2, torch.float32, "lossless", None, "ring"),
+    (3, torch.bfloat16, "lossless", None, "butterfly"),
+    (2, torch.float16, "lossless", None, "twostep"),
 ])
 def test_threads_do_not_change_results(restore_threads, world, dtype, mode, rounding, topology):
     g = torch.Generator().manual_seed(3)
-    # blocks large enough to split (at least 256 super-groups / 64 bitsplit units per thread)
+    # blocks large enough to split (at least 256 super-groups / 64 bitsplit units / 64 lossless
+    # segments per thread)
     xs = [(torch.randn(2_000_003, generator=g) * (1 + r)).to(dtype) for r in range(world)]
     bits = 5.0 if mode == "dynamiq" else 4
     cfg = dynamiq.Config(mode=mode, bits=bits, topology=topology, rounding=rounding)
