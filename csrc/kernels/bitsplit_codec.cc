@@ -143,6 +143,17 @@ void decode_unit(const BlockCtx& c, const uint8_t* in, int64_t w, float* tile, u
   for (int64_t i = ng * G; i < c.U; ++i) tile[i] = 0.0f;
 }
 
+// body(scratch, w) for every wire position w of the block, over the codec
+// threads (parallel_units), each thread with its own scratch.
+template <class F>
+void for_each_unit(const BlockCtx& c, const Block& b, F&& body) {
+  parallel_units(b.w0, b.w1, kMinUnitsPerThread, kUnitsPerRun, [&](UnitRuns& runs) {
+    Scratch s(c.U);
+    for (int64_t u0, u1; runs.next(u0, u1);)
+      for (int64_t w = u0; w < u1; ++w) body(s, w);
+  });
+}
+
 }  // namespace
 
 BitsplitParams resolve_bitsplit_params(double bits, int group_size, int spike_reserve,
@@ -219,15 +230,10 @@ size_t BitsplitCodec::static_bytes(const Plan& plan, const Block& b) const {
 size_t BitsplitCodec::compress(const Local& x, const Plan& plan, const Block& b, const RngCtx& rng,
                                uint8_t* out) const {
   const BlockCtx c = make_ctx(format(plan.dtype), plan, b);
-  parallel_units(b.w0, b.w1, kMinUnitsPerThread, kUnitsPerRun, [&](UnitRuns& runs) {
-    Scratch s(c.U);
-    for (int64_t u0, u1; runs.next(u0, u1);) {
-      for (int64_t w = u0; w < u1; ++w) {
-        if (unit_count(c, w) == 0) continue;
-        load_unit(x, plan, w, s.a.data());
-        encode_unit(c, s.a.data(), w, rng, out, s.codes.data(), s.u.data());
-      }
-    }
+  for_each_unit(c, b, [&](Scratch& s, int64_t w) {
+    if (unit_count(c, w) == 0) return;
+    load_unit(x, plan, w, s.a.data());
+    encode_unit(c, s.a.data(), w, rng, out, s.codes.data(), s.u.data());
   });
   return size_t(c.lay.total);
 }
@@ -236,15 +242,10 @@ void BitsplitCodec::decompress(const uint8_t* in, size_t in_bytes, const Plan& p
                                const Output& y) const {
   const BlockCtx c = make_ctx(format(plan.dtype), plan, b);
   check_message_size(in_bytes, size_t(c.lay.total), "bitsplit");
-  parallel_units(b.w0, b.w1, kMinUnitsPerThread, kUnitsPerRun, [&](UnitRuns& runs) {
-    Scratch s(c.U);
-    for (int64_t u0, u1; runs.next(u0, u1);) {
-      for (int64_t w = u0; w < u1; ++w) {
-        if (unit_count(c, w) == 0) continue;
-        decode_unit(c, in, w, s.a.data(), s.codes.data());
-        store_unit(y, plan, w, s.a.data());
-      }
-    }
+  for_each_unit(c, b, [&](Scratch& s, int64_t w) {
+    if (unit_count(c, w) == 0) return;
+    decode_unit(c, in, w, s.a.data(), s.codes.data());
+    store_unit(y, plan, w, s.a.data());
   });
 }
 
@@ -252,22 +253,17 @@ void BitsplitCodec::decompress_accumulate(const uint8_t* in, size_t in_bytes, co
                                           const Plan& plan, const Block& b, float* acc) const {
   const BlockCtx c = make_ctx(format(plan.dtype), plan, b);
   check_message_size(in_bytes, size_t(c.lay.total), "bitsplit");
-  parallel_units(b.w0, b.w1, kMinUnitsPerThread, kUnitsPerRun, [&](UnitRuns& runs) {
-    Scratch s(c.U);
-    for (int64_t u0, u1; runs.next(u0, u1);) {
-      for (int64_t w = u0; w < u1; ++w) {
-        float* dst = acc + (w - b.w0) * c.U;
-        if (unit_count(c, w) == 0) {
-          std::memset(dst, 0, size_t(c.U) * sizeof(float));
-          continue;
-        }
-        load_unit(x, plan, w, s.a.data());  // before writing: x may alias acc (same unit only)
-        decode_unit(c, in, w, s.b.data(), s.codes.data());
-        const float* xa = s.a.data();
-        const float* xb = s.b.data();
-        for (int32_t i = 0; i < c.U; ++i) dst[i] = xa[i] + xb[i];
-      }
+  for_each_unit(c, b, [&](Scratch& s, int64_t w) {
+    float* dst = acc + (w - b.w0) * c.U;
+    if (unit_count(c, w) == 0) {
+      std::memset(dst, 0, size_t(c.U) * sizeof(float));
+      return;
     }
+    load_unit(x, plan, w, s.a.data());  // before writing: x may alias acc (same unit only)
+    decode_unit(c, in, w, s.b.data(), s.codes.data());
+    const float* xa = s.a.data();
+    const float* xb = s.b.data();
+    for (int32_t i = 0; i < c.U; ++i) dst[i] = xa[i] + xb[i];
   });
 }
 
@@ -277,19 +273,14 @@ size_t BitsplitCodec::decompress_accumulate_recompress(const uint8_t* in, size_t
                                                        uint8_t* out) const {
   const BlockCtx c = make_ctx(format(plan.dtype), plan, b);
   check_message_size(in_bytes, size_t(c.lay.total), "bitsplit");
-  parallel_units(b.w0, b.w1, kMinUnitsPerThread, kUnitsPerRun, [&](UnitRuns& runs) {
-    Scratch s(c.U);
-    for (int64_t u0, u1; runs.next(u0, u1);) {
-      for (int64_t w = u0; w < u1; ++w) {
-        if (unit_count(c, w) == 0) continue;
-        load_unit(x, plan, w, s.a.data());
-        decode_unit(c, in, w, s.b.data(), s.codes.data());
-        float* xa = s.a.data();
-        const float* xb = s.b.data();
-        for (int32_t i = 0; i < c.U; ++i) xa[i] += xb[i];
-        encode_unit(c, xa, w, rng, out, s.codes.data(), s.u.data());
-      }
-    }
+  for_each_unit(c, b, [&](Scratch& s, int64_t w) {
+    if (unit_count(c, w) == 0) return;
+    load_unit(x, plan, w, s.a.data());
+    decode_unit(c, in, w, s.b.data(), s.codes.data());
+    float* xa = s.a.data();
+    const float* xb = s.b.data();
+    for (int32_t i = 0; i < c.U; ++i) xa[i] += xb[i];
+    encode_unit(c, xa, w, rng, out, s.codes.data(), s.u.data());
   });
   return size_t(c.lay.total);
 }
