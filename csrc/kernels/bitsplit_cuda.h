@@ -2,8 +2,8 @@
 // kernels, one thread per group, over the same __host__ __device__ functions
 // as the CPU codec (bitsplit_format.h), so a block compressed on the GPU has
 // the same bytes as on the CPU (same Philox streams). Only for builds with
-// DYNAMIQ_WITH_CUDA; compiled in CI, run only where a GPU exists (the GPU
-// test skips otherwise).
+// DYNAMIQ_WITH_CUDA; compiled with nvcc in CI and run there on the CPU
+// emulation of CUDA (tests/cpp/cuda_emu); never run on a GPU.
 //
 // A block is the element range [e0, e1) of a bucket (e0 a multiple of the
 // group size), exactly the elements the CPU codec puts in one message. All

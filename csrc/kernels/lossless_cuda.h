@@ -9,8 +9,9 @@
 // return a size or report malformed input synchronise it. CUDA failures raise
 // dynamiq::Error, invalid segments raise MalformedMessage.
 //
-// Status: compiled in CI; bit-equality with the CPU path is asserted by
-// tests/cpp/cuda_lossless.cu, which skips on machines without a GPU.
+// Status: compiled with nvcc in CI; bit-equality with the CPU path is asserted
+// by tests/cpp/cuda_lossless.cu, run in CI on the CPU emulation of CUDA
+// (tests/cpp/cuda_emu); never run on a GPU.
 #pragma once
 
 #include <cuda_runtime_api.h>

@@ -1,7 +1,7 @@
 // GPU bit-split kernels against the CPU codec: the same bytes for compress and
 // the fused role, the same values for decompress and decompress-accumulate,
-// malformed spike indices flagged. Skips when no GPU is present (this file is
-// compiled in CI; it has run only where a GPU exists).
+// malformed spike indices flagged. With nvcc it runs on a GPU and skips when
+// none is present; CI runs it on the CPU emulation of CUDA (tests/cpp/cuda_emu).
 #include <gtest/gtest.h>
 
 #include <cstring>

@@ -1,7 +1,9 @@
 // GPU kernels of the DynamiQ codec against the CPU codec: bit-identical bytes
 // (compress, fused) and values (decompress, decompress_accumulate, stats) on
 // mixed widths, every dtype, correlated (table and swap-or-not) and
-// independent rounding, both scale roundings. Skipped without a GPU.
+// independent rounding, both scale roundings. With nvcc it runs on a GPU and
+// skips when none is present; CI runs it on the CPU emulation of CUDA
+// (tests/cpp/cuda_emu).
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -25,7 +27,9 @@ T* to_dev(const std::vector<T>& v) {
   T* d = nullptr;
   const size_t bytes = std::max<size_t>(1, v.size() * sizeof(T));
   EXPECT_EQ(cudaMalloc(reinterpret_cast<void**>(&d), bytes), cudaSuccess);
-  if (!v.empty()) EXPECT_EQ(cudaMemcpy(d, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
+  if (!v.empty()) {
+    EXPECT_EQ(cudaMemcpy(d, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
+  }
   return d;
 }
 
@@ -134,6 +138,38 @@ TEST(CudaDynamiq, KernelsBitIdenticalToCpu) {
                         (void*)d_c, (void*)d_f, (void*)d_acc, (void*)d_out, (void*)d_st, (void*)d_bad})
           cudaFree(p);
       }
+}
+
+// An empty range launches nothing (a grid of zero blocks is an invalid
+// configuration on a GPU) and reports success, like the CPU codec.
+TEST(CudaDynamiq, EmptyRangesLaunchNothing) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  DynamiqParams prm;
+  DynamiqCodec codec(prm);
+  cuda::DeviceTables dtab(codec.tables());
+  const std::vector<uint8_t> bits(4, 4);
+  const std::vector<int32_t> order{0, 1, 2, 3};
+  const std::vector<float> bias(4, 0.0f);
+  Plan plan = make_dynamiq_plan(DType::kF32, 1024, prm.fmt, bits, order, bias, 1);
+  cuda::DevicePlan dp;
+  dp.numel = 1024;
+  dp.num_units = 4;
+  dp.bits = to_dev(plan.bits);
+  dp.wire_offset = to_dev(plan.wire_offset);
+  RngCtx rng;
+  const DqRounding rd = dtab.rounding(rng);
+  ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+  EXPECT_EQ(cuda::compress(prm, dtab.view(), dp, cuda::DeviceLocal(), 2, 2, rd, nullptr, nullptr), 0);
+  EXPECT_EQ(cuda::decompress(prm, dtab.view(), dp, nullptr, 3, 3, cuda::DeviceOutput(), nullptr), 0);
+  EXPECT_EQ(cuda::decompress_accumulate(prm, dtab.view(), dp, nullptr, cuda::DeviceLocal(), 4, 4, nullptr, nullptr), 0);
+  EXPECT_EQ(cuda::decompress_accumulate_recompress(prm, dtab.view(), dp, nullptr, cuda::DeviceLocal(), 0, 0, rd,
+                                                   nullptr, nullptr),
+            0);
+  EXPECT_EQ(cuda::stats(nullptr, DType::kF32, 0, 256, nullptr, nullptr, nullptr), 0);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+  cudaFree(const_cast<uint8_t*>(dp.bits));
+  cudaFree(const_cast<int64_t*>(dp.wire_offset));
 }
 
 }  // namespace

@@ -1,8 +1,8 @@
 // The lossless codec's CUDA kernels against the CPU path: the GPU message is
 // byte-identical to the CPU one (same split, same host plan, same per-segment
 // functions) and the GPU decode of a CPU message gives the input bit for bit.
-// Skips when no GPU is present (our build machines have none: this file is
-// compiled in CI, and runs only where a GPU exists).
+// With nvcc it runs on a GPU and skips when none is present; CI has none and
+// runs it on the CPU emulation of CUDA instead (tests/cpp/cuda_emu).
 #include <gtest/gtest.h>
 
 #include <cuda_runtime.h>

@@ -3,6 +3,7 @@
 // (the same ones the CPU codec runs), so the bytes and values are the CPU's.
 // Correctness over speed: a group's values live in per-thread local memory.
 #include "kernels/bitsplit_cuda.h"
+#include "launch.h"
 
 namespace dynamiq {
 namespace {
@@ -94,7 +95,7 @@ unsigned grid_of(const BitsplitLayout& lay) { return unsigned((lay.ng + kThreads
     const BitsplitLayout lay = layout_of(b);                                            \
     if (lay.ng == 0) return cudaSuccess;                                                \
     DQ_DISPATCH_DTYPE(b.f.dtype, T, [&] {                                               \
-      KERNEL<T><<<grid_of(lay), kThreads, 0, stream>>>(b, lay, __VA_ARGS__);            \
+      DQ_LAUNCH(KERNEL<T>, grid_of(lay), kThreads, 0, stream)(b, lay, __VA_ARGS__);            \
     });                                                                                 \
     return cudaGetLastError();                                                          \
   } while (0)

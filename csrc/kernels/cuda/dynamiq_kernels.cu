@@ -4,6 +4,7 @@
 // codec calls, in the same arithmetic order (group maxima are exact integer
 // maxima of bit patterns, so the reduction order does not matter).
 #include "dynamiq_kernels.h"
+#include "launch.h"
 
 #include <cuda_runtime.h>
 
@@ -188,7 +189,7 @@ __device__ void run_block(const Args& a, int kind, int64_t w, int64_t src, float
 }
 
 __global__ void dynamiq_kernel(const Args a, int kind) {
-  extern __shared__ __align__(16) unsigned char smem[];
+  DQ_DYNAMIC_SMEM(smem);
   const int S = a.f.S, G = S / a.f.s;
   float* tile = reinterpret_cast<float*>(smem);
   uint32_t* gm = reinterpret_cast<uint32_t*>(tile + S);
@@ -240,7 +241,7 @@ int launch(const DynamiqParams& prm, const DqTables& tb, const DevicePlan& p, co
   const int S = prm.fmt.S, G = S / prm.fmt.s;
   const size_t smem = size_t(S) * 5 + size_t(G) * 8 + 16;
   const int threads = S < 256 ? S : 256;
-  dynamiq_kernel<<<unsigned(w1 - w0), unsigned(threads), smem, static_cast<cudaStream_t>(stream)>>>(a, kind);
+  DQ_LAUNCH(dynamiq_kernel, unsigned(w1 - w0), unsigned(threads), smem, static_cast<cudaStream_t>(stream))(a, kind);
   return int(cudaGetLastError());
 }
 
@@ -286,7 +287,7 @@ int stats(const void* data, DType dtype, int64_t numel, int32_t S, float* out, u
   if (numel <= 0) return 0;
   if (S < 1) return int(cudaErrorInvalidValue);
   const int64_t units = ceil_div<int64_t>(numel, S);
-  stats_kernel<<<unsigned(units), kStatLanes, 0, static_cast<cudaStream_t>(stream)>>>(data, dtype, numel, S,
+  DQ_LAUNCH(stats_kernel, unsigned(units), kStatLanes, 0, static_cast<cudaStream_t>(stream))(data, dtype, numel, S,
                                                                                      out, nonfinite);
   return int(cudaGetLastError());
 }

@@ -3,9 +3,9 @@
 // super-group, the SG's values in shared memory (the GPU's L1 tile), so the
 // fused kernel reads the received bytes and the local values once and writes
 // the new bytes once. Same wire format and same Philox streams as the CPU
-// codec (DynamiqCodec): the outputs are bit-identical (tests/cpp/cuda_dynamiq_kernels.cu,
-// which skips when no GPU is present: nothing here has been run on a GPU in
-// this repository's CI; it is compiled there).
+// codec (DynamiqCodec): the outputs are bit-identical (tests/cpp/cuda_dynamiq_kernels.cu).
+// Status: compiled with nvcc in CI and run there on the CPU emulation of CUDA
+// (tests/cpp/cuda_emu); never run on a GPU.
 //
 // All pointers are device pointers unless noted. Launchers are asynchronous
 // on `stream` and return the launch's cudaError_t (as int, 0 = success); they

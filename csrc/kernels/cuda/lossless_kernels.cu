@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "../lossless_cuda.h"
+#include "launch.h"
 
 namespace dynamiq {
 namespace {
@@ -159,7 +160,7 @@ void lossless_split_cuda(DType dtype, const void* values, int64_t n, uint8_t* ms
   DQ_DISPATCH_DTYPE(dtype, T, [&] {
     using W = typename Split<T>::word;
     const W* v = static_cast<const W*>(values);
-    if (L.groups) split_kernel<T><<<blocks_for(L.groups), kThreads, 0, stream>>>(v, L.groups, msg + kHeaderBytes, exps);
+    if (L.groups) DQ_LAUNCH(split_kernel<T>, blocks_for(L.groups), kThreads, 0, stream)(v, L.groups, msg + kHeaderBytes, exps);
     check(cudaGetLastError(), "split kernel");
     if (L.tail)
       check(cudaMemcpyAsync(msg + L.tail_offset, v + L.body, size_t(L.tail) * sizeof(W),
@@ -172,7 +173,7 @@ void lossless_histogram_cuda(const uint8_t* exps, int64_t m, unsigned long long*
   check(cudaMemsetAsync(hist, 0, 256 * sizeof(unsigned long long), stream), "histogram memset");
   if (m == 0) return;
   const unsigned grid = blocks_for(m) < 1024 ? blocks_for(m) : 1024;
-  histogram_kernel<<<grid, kThreads, 0, stream>>>(exps, m, hist);
+  DQ_LAUNCH(histogram_kernel, grid, kThreads, 0, stream)(exps, m, hist);
   check(cudaGetLastError(), "histogram kernel");
 }
 
@@ -184,7 +185,7 @@ size_t lossless_encode_section_cuda(DType dtype, const LosslessEncodePlan& p, co
   switch (p.format) {
     case ExpFormat::kPlain:
       if (dtype == DType::kF16) {
-        if (G) plain5_encode_kernel<<<blocks_for(G), kThreads, 0, stream>>>(exps, G, sec);
+        if (G) DQ_LAUNCH(plain5_encode_kernel, blocks_for(G), kThreads, 0, stream)(exps, G, sec);
         check(cudaGetLastError(), "plain5 kernel");
       } else if (L.body) {
         check(cudaMemcpyAsync(sec, exps, size_t(L.body), cudaMemcpyDeviceToDevice, stream), "plain copy");
@@ -199,7 +200,7 @@ size_t lossless_encode_section_cuda(DType dtype, const LosslessEncodePlan& p, co
       DeviceBuf<uint8_t> code_of(256);
       DeviceBuf<uint32_t> counts{static_cast<size_t>(S)}, start{static_cast<size_t>(S) + 1};
       upload(code_of, p.zip_code_of, 256, stream);
-      zip_count_kernel<<<blocks_for(S), kThreads, 0, stream>>>(exps, L.body, S, code_of.p, counts.p);
+      DQ_LAUNCH(zip_count_kernel, blocks_for(S), kThreads, 0, stream)(exps, L.body, S, code_of.p, counts.p);
       check(cudaGetLastError(), "zip count kernel");
       std::vector<uint32_t> h(static_cast<size_t>(S));
       check(cudaMemcpyAsync(h.data(), counts.p, size_t(S) * 4, cudaMemcpyDeviceToHost, stream), "zip counts");
@@ -210,7 +211,7 @@ size_t lossless_encode_section_cuda(DType dtype, const LosslessEncodePlan& p, co
       uint8_t* planes = meta + 2 * S;
       uint8_t* esc = planes + 3 * G;
       check(cudaMemcpyAsync(sec, p.prefix, kZipTableBytes, cudaMemcpyHostToDevice, stream), "zip table");
-      zip_encode_kernel<<<blocks_for(S), kThreads, 0, stream>>>(exps, G, S, code_of.p, start.p, meta, planes, esc);
+      DQ_LAUNCH(zip_encode_kernel, blocks_for(S), kThreads, 0, stream)(exps, G, S, code_of.p, start.p, meta, planes, esc);
       check(cudaGetLastError(), "zip encode kernel");
       check(cudaStreamSynchronize(stream), "zip section");
       return size_t(kZipTableBytes + 2 * S + 3 * G + int64_t(st.back()));
@@ -221,7 +222,7 @@ size_t lossless_encode_section_cuda(DType dtype, const LosslessEncodePlan& p, co
       DeviceBuf<uint32_t> bytes{static_cast<size_t>(S)}, start{static_cast<size_t>(S) + 1};
       upload(code, p.huff_code, 256, stream);
       upload(len, p.huff_len, 256, stream);
-      huff_bytes_kernel<<<blocks_for(S), kThreads, 0, stream>>>(exps, L.body, S, len.p, bytes.p);
+      DQ_LAUNCH(huff_bytes_kernel, blocks_for(S), kThreads, 0, stream)(exps, L.body, S, len.p, bytes.p);
       check(cudaGetLastError(), "huffman size kernel");
       std::vector<uint32_t> h(static_cast<size_t>(S));
       check(cudaMemcpyAsync(h.data(), bytes.p, size_t(S) * 4, cudaMemcpyDeviceToHost, stream), "huffman sizes");
@@ -232,7 +233,7 @@ size_t lossless_encode_section_cuda(DType dtype, const LosslessEncodePlan& p, co
       upload(start, st.data(), st.size(), stream);
       check(cudaMemcpyAsync(sec, p.prefix, size_t(p.prefix_bytes), cudaMemcpyHostToDevice, stream), "huffman table");
       uint8_t* meta = sec + p.prefix_bytes;
-      huff_encode_kernel<<<blocks_for(S), kThreads, 0, stream>>>(exps, L.body, S, code.p, len.p, start.p, meta,
+      DQ_LAUNCH(huff_encode_kernel, blocks_for(S), kThreads, 0, stream)(exps, L.body, S, code.p, len.p, start.p, meta,
                                                                 meta + 2 * S);
       check(cudaGetLastError(), "huffman encode kernel");
       check(cudaStreamSynchronize(stream), "huffman section");
@@ -252,7 +253,7 @@ void lossless_decode_section_cuda(DType dtype, const LosslessDecodePlan& P, cons
   switch (P.format) {
     case ExpFormat::kPlain:
       if (dtype == DType::kF16) {
-        if (G) plain5_decode_kernel<<<blocks_for(G), kThreads, 0, stream>>>(sec, G, exps);
+        if (G) DQ_LAUNCH(plain5_decode_kernel, blocks_for(G), kThreads, 0, stream)(sec, G, exps);
         check(cudaGetLastError(), "plain5 kernel");
       } else if (L.body) {
         check(cudaMemcpyAsync(exps, sec, size_t(L.body), cudaMemcpyDeviceToDevice, stream), "plain copy");
@@ -266,7 +267,7 @@ void lossless_decode_section_cuda(DType dtype, const LosslessDecodePlan& P, cons
       upload(start, P.seg_start.data(), P.seg_start.size(), stream);
       ZipTable t;
       for (int i = 0; i < 8; ++i) t.t[i] = P.zip_table[i];
-      zip_decode_kernel<<<blocks_for(S), kThreads, 0, stream>>>(sec + P.planes_offset, sec + P.payload_offset, G,
+      DQ_LAUNCH(zip_decode_kernel, blocks_for(S), kThreads, 0, stream)(sec + P.planes_offset, sec + P.payload_offset, G,
                                                                S, t, start.p, exps, error.p);
       check(cudaGetLastError(), "zip decode kernel");
       check(cudaStreamSynchronize(stream), "zip decode");
@@ -277,7 +278,7 @@ void lossless_decode_section_cuda(DType dtype, const LosslessDecodePlan& P, cons
       DeviceBuf<uint16_t> table(P.huff_table.size());
       upload(start, P.seg_start.data(), P.seg_start.size(), stream);
       upload(table, P.huff_table.data(), P.huff_table.size(), stream);
-      huff_decode_kernel<<<blocks_for(S), kThreads, 0, stream>>>(sec + P.payload_offset, uint64_t(P.payload_bytes),
+      DQ_LAUNCH(huff_decode_kernel, blocks_for(S), kThreads, 0, stream)(sec + P.payload_offset, uint64_t(P.payload_bytes),
                                                                 L.body, S, table.p, start.p, exps, error.p);
       check(cudaGetLastError(), "huffman decode kernel");
       check(cudaStreamSynchronize(stream), "huffman decode");
@@ -296,7 +297,7 @@ void lossless_merge_cuda(DType dtype, const uint8_t* msg, const uint8_t* exps, i
   DQ_DISPATCH_DTYPE(dtype, T, [&] {
     using W = typename Split<T>::word;
     W* v = static_cast<W*>(values);
-    if (L.groups) merge_kernel<T><<<blocks_for(L.groups), kThreads, 0, stream>>>(msg + kHeaderBytes, exps, L.groups, v);
+    if (L.groups) DQ_LAUNCH(merge_kernel<T>, blocks_for(L.groups), kThreads, 0, stream)(msg + kHeaderBytes, exps, L.groups, v);
     check(cudaGetLastError(), "merge kernel");
     if (L.tail)
       check(cudaMemcpyAsync(v + L.body, msg + L.tail_offset, size_t(L.tail) * sizeof(W),

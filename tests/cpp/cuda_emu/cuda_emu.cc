@@ -1,0 +1,335 @@
+// The CPU stand-in for the CUDA runtime declared in cuda_runtime.h (see there
+// for what it models). Single-threaded by design: one launch at a time, the
+// threads of a block as fibers.
+#include "cuda_runtime.h"
+
+#include <sys/mman.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <iterator>
+#include <map>
+#include <vector>
+
+// Bounds of the section holding every static __shared__ variable (GNU ld
+// defines them for a section whose name is an identifier).
+extern "C" unsigned char __start_dq_emu_shared[], __stop_dq_emu_shared[];
+// An anchor so that the section exists even in a program without shared variables.
+__attribute__((section("dq_emu_shared"), used)) static unsigned char dq_emu_shared_anchor[16];
+
+namespace dynamiq_cuda_emu {
+namespace {
+
+constexpr unsigned char kFill = 0xA5;       // fresh device and shared memory
+constexpr size_t kAlign = 256;              // cudaMalloc's alignment
+constexpr size_t kStackBytes = 256 << 10;   // per emulated thread
+constexpr size_t kMaxDynamicSmem = 48 << 10;
+
+size_t page_size() {
+  static const size_t p = size_t(sysconf(_SC_PAGESIZE));
+  return p;
+}
+
+cudaError_t g_last = cudaSuccess;    // cleared by cudaGetLastError
+cudaError_t g_sticky = cudaSuccess;  // a failed launch: reported by every sync
+
+// ---- device memory ----------------------------------------------------------------
+
+struct Alloc {
+  size_t bytes;       // as requested
+  void* map;          // the whole mapping (data pages + guard page)
+  size_t map_bytes;
+};
+std::map<uintptr_t, Alloc>& allocs() {
+  static std::map<uintptr_t, Alloc> m;
+  return m;
+}
+
+// The live allocation holding [p, p + n), or nullptr.
+const std::pair<const uintptr_t, Alloc>* find_alloc(const void* p, size_t n) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  auto& m = allocs();
+  auto it = m.upper_bound(a);
+  if (it == m.begin()) return nullptr;
+  --it;
+  const size_t off = a - it->first, size = it->second.bytes;
+  if (off > size || n > size - off) return nullptr;
+  return &*it;
+}
+
+bool is_device(const void* p) { return find_alloc(p, 0) != nullptr; }
+
+size_t slack_of(const Alloc& al, uintptr_t base) {
+  const uintptr_t guard = reinterpret_cast<uintptr_t>(al.map) + al.map_bytes - page_size();
+  return size_t(guard - base) - al.bytes;
+}
+
+cudaError_t fail(cudaError_t e, const char* what) {
+  std::fprintf(stderr, "[cuda-emu] %s\n", what);
+  g_last = e;
+  return e;
+}
+
+// ---- fibers -----------------------------------------------------------------------
+
+struct Fiber {
+  ucontext_t ctx;
+  bool done = false;
+  bool waiting = false;  // at a barrier
+};
+
+struct Block {
+  ucontext_t sched;
+  std::vector<Fiber> fibers;
+  std::vector<char*> stacks;  // kept across launches
+  unsigned current = 0;
+  void (*body)(void*) = nullptr;
+  void* arg = nullptr;
+  size_t smem_bytes = 0;  // dynamic shared memory of the current launch
+};
+Block& block() {
+  static Block b;
+  return b;
+}
+
+bool& reverse_order() {
+  static bool r = [] {
+    const char* e = std::getenv("DYNAMIQ_CUDA_EMU_ORDER");
+    return e && std::strcmp(e, "reverse") == 0;
+  }();
+  return r;
+}
+
+// kMaxDynamicSmem bytes followed by an inaccessible page, made once.
+unsigned char* smem_area_end() {
+  static unsigned char* end = [] {
+    void* m = mmap(nullptr, kMaxDynamicSmem + page_size(), PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED) {
+      std::perror("[cuda-emu] mmap shared memory");
+      std::abort();
+    }
+    unsigned char* e = static_cast<unsigned char*>(m) + kMaxDynamicSmem;
+    mprotect(e, page_size(), PROT_NONE);
+    return e;
+  }();
+  return end;
+}
+
+void set_thread_index(unsigned t) {
+  threadIdx = uint3{t % blockDim.x, (t / blockDim.x) % blockDim.y, t / (blockDim.x * blockDim.y)};
+}
+
+void trampoline() {
+  Block& b = block();
+  b.body(b.arg);
+  b.fibers[b.current].done = true;  // returns to b.sched through uc_link
+}
+
+char* stack_for(unsigned t) {
+  Block& b = block();
+  while (b.stacks.size() <= t) {
+    // a guard page below each stack catches an overflow
+    void* m = mmap(nullptr, kStackBytes + page_size(), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                   -1, 0);
+    if (m == MAP_FAILED) {
+      std::perror("[cuda-emu] mmap stack");
+      std::abort();
+    }
+    mprotect(m, page_size(), PROT_NONE);
+    b.stacks.push_back(static_cast<char*>(m) + page_size());
+  }
+  return b.stacks[t];
+}
+
+}  // namespace
+
+bool begin_launch(dim3 grid, dim3 block_dim, size_t smem) {
+  const uint64_t threads = uint64_t(block_dim.x) * block_dim.y * block_dim.z;
+  const bool bad = threads == 0 || threads > 1024 || block_dim.z > 64 || grid.x == 0 || grid.y == 0 ||
+                   grid.z == 0 || grid.x > 0x7fffffffu || grid.y > 65535 || grid.z > 65535 ||
+                   smem > kMaxDynamicSmem;
+  if (bad) {
+    std::fprintf(stderr, "[cuda-emu] invalid launch: grid (%u, %u, %u), block (%u, %u, %u), %zu bytes of shared memory\n",
+                 grid.x, grid.y, grid.z, block_dim.x, block_dim.y, block_dim.z, smem);
+    g_last = cudaErrorInvalidConfiguration;
+    return false;
+  }
+  gridDim = grid;
+  blockDim = block_dim;
+  block().smem_bytes = (smem + 15) / 16 * 16;
+  return true;
+}
+
+void end_launch(bool ok) {
+  if (!ok) {
+    g_last = cudaErrorLaunchFailure;
+    g_sticky = cudaErrorLaunchFailure;
+  }
+}
+
+unsigned char* dynamic_smem() { return smem_area_end() - block().smem_bytes; }
+
+bool set_reverse_order(bool reverse) {
+  const bool old = reverse_order();
+  reverse_order() = reverse;
+  return old;
+}
+
+void reset_errors() {
+  g_last = cudaSuccess;
+  g_sticky = cudaSuccess;
+}
+
+bool run_block(unsigned threads, void (*body)(void*), void* arg) {
+  Block& b = block();
+  b.body = body;
+  b.arg = arg;
+  b.fibers.assign(threads, Fiber());
+  std::memset(dynamic_smem(), kFill, b.smem_bytes);
+  std::memset(__start_dq_emu_shared, kFill, size_t(__stop_dq_emu_shared - __start_dq_emu_shared));
+  for (unsigned t = 0; t < threads; ++t) {
+    Fiber& f = b.fibers[t];
+    getcontext(&f.ctx);
+    f.ctx.uc_stack.ss_sp = stack_for(t);
+    f.ctx.uc_stack.ss_size = kStackBytes;
+    f.ctx.uc_link = &b.sched;
+    makecontext(&f.ctx, trampoline, 0);
+  }
+  const bool rev = reverse_order();
+  for (;;) {
+    unsigned done = 0, waiting = 0;
+    for (unsigned k = 0; k < threads; ++k) {
+      const unsigned t = rev ? threads - 1 - k : k;
+      Fiber& f = b.fibers[t];
+      if (f.done) continue;
+      f.waiting = false;
+      b.current = t;
+      set_thread_index(t);
+      swapcontext(&b.sched, &f.ctx);
+    }
+    for (const Fiber& f : b.fibers) {
+      done += f.done ? 1u : 0u;
+      waiting += f.waiting ? 1u : 0u;
+    }
+    if (done == threads) return true;
+    if (done > 0) {
+      std::fprintf(stderr,
+                   "[cuda-emu] block (%u, %u, %u): %u thread(s) wait at __syncthreads() that %u returned "
+                   "thread(s) never reach\n",
+                   blockIdx.x, blockIdx.y, blockIdx.z, waiting, done);
+      // the waiting fibers are abandoned (their stacks are reused)
+      return false;
+    }
+  }
+}
+
+}  // namespace dynamiq_cuda_emu
+
+using namespace dynamiq_cuda_emu;
+
+void __syncthreads() {
+  Block& b = block();
+  Fiber& f = b.fibers[b.current];
+  f.waiting = true;
+  swapcontext(&f.ctx, &b.sched);
+}
+
+cudaError_t cudaMalloc(void** ptr, size_t bytes) {
+  if (!ptr) return fail(cudaErrorInvalidValue, "cudaMalloc: null result pointer");
+  const size_t pg = page_size();
+  const size_t data = ((bytes + kAlign - 1) / kAlign * kAlign + pg - 1) / pg * pg;
+  const size_t map_bytes = (data == 0 ? pg : data) + pg;
+  void* m = mmap(nullptr, map_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (m == MAP_FAILED) return fail(cudaErrorMemoryAllocation, "cudaMalloc: out of memory");
+  char* guard = static_cast<char*>(m) + map_bytes - pg;
+  mprotect(guard, pg, PROT_NONE);
+  // as close to the guard page as the 256-byte alignment allows
+  const uintptr_t base = (reinterpret_cast<uintptr_t>(guard) - bytes) / kAlign * kAlign;
+  std::memset(m, kFill, map_bytes - pg);
+  allocs()[base] = Alloc{bytes, m, map_bytes};
+  *ptr = reinterpret_cast<void*>(base);
+  return cudaSuccess;
+}
+
+cudaError_t cudaFree(void* ptr) {
+  if (!ptr) return cudaSuccess;
+  auto& m = allocs();
+  auto it = m.find(reinterpret_cast<uintptr_t>(ptr));
+  if (it == m.end()) return fail(cudaErrorInvalidDevicePointer, "cudaFree: not a live allocation");
+  const Alloc al = it->second;
+  const unsigned char* tail = reinterpret_cast<const unsigned char*>(it->first) + al.bytes;
+  const size_t slack = slack_of(al, it->first);
+  for (size_t i = 0; i < slack; ++i)
+    if (tail[i] != kFill) {
+      std::fprintf(stderr, "[cuda-emu] cudaFree: %zu-byte allocation written past its end (byte %zu)\n",
+                   al.bytes, i);
+      g_sticky = cudaErrorLaunchFailure;
+      break;
+    }
+  munmap(al.map, al.map_bytes);
+  m.erase(it);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+  if (bytes == 0) return cudaSuccess;
+  const bool dd = kind == cudaMemcpyDeviceToDevice || kind == cudaMemcpyHostToDevice;
+  const bool sd = kind == cudaMemcpyDeviceToDevice || kind == cudaMemcpyDeviceToHost;
+  if (kind == cudaMemcpyDefault || kind == cudaMemcpyHostToHost)
+    return fail(cudaErrorInvalidValue, "cudaMemcpy: the emulator checks explicit directions only");
+  if (dd ? !find_alloc(dst, bytes) : is_device(dst))
+    return fail(cudaErrorInvalidValue, dd ? "cudaMemcpy: destination is not inside one device allocation"
+                                          : "cudaMemcpy: host destination is device memory");
+  if (sd ? !find_alloc(src, bytes) : is_device(src))
+    return fail(cudaErrorInvalidValue, sd ? "cudaMemcpy: source is not inside one device allocation"
+                                          : "cudaMemcpy: host source is device memory");
+  std::memmove(dst, src, bytes);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t) {
+  return cudaMemcpy(dst, src, bytes, kind);
+}
+
+cudaError_t cudaMemset(void* dst, int value, size_t bytes) {
+  if (bytes == 0) return cudaSuccess;
+  if (!find_alloc(dst, bytes)) return fail(cudaErrorInvalidValue, "cudaMemset: not inside one device allocation");
+  std::memset(dst, value, bytes);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemsetAsync(void* dst, int value, size_t bytes, cudaStream_t) {
+  return cudaMemset(dst, value, bytes);
+}
+
+cudaError_t cudaStreamSynchronize(cudaStream_t) { return g_sticky; }
+cudaError_t cudaDeviceSynchronize() { return g_sticky; }
+
+cudaError_t cudaGetLastError() {
+  const cudaError_t e = g_last;
+  g_last = g_sticky;
+  return e;
+}
+
+cudaError_t cudaPeekAtLastError() { return g_last; }
+
+cudaError_t cudaGetDeviceCount(int* count) {
+  *count = 1;
+  return cudaSuccess;
+}
+
+const char* cudaGetErrorString(cudaError_t e) {
+  switch (e) {
+    case cudaSuccess: return "no error";
+    case cudaErrorInvalidValue: return "invalid argument";
+    case cudaErrorMemoryAllocation: return "out of memory";
+    case cudaErrorInvalidConfiguration: return "invalid configuration argument";
+    case cudaErrorInvalidDevicePointer: return "invalid device pointer";
+    case cudaErrorLaunchFailure: return "unspecified launch failure";
+  }
+  return "unknown error";
+}

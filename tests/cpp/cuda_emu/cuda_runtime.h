@@ -1,0 +1,186 @@
+// A CPU stand-in for the part of the CUDA runtime and execution model that
+// dynamiq's kernels use, so that the CUDA sources (csrc/kernels/cuda/*.cu) and
+// their GPU tests (tests/cpp/cuda_*.cu) compile with the host compiler and RUN
+// on a machine without a GPU. It is found instead of the real <cuda_runtime.h>
+// only by the dynamiq_cuda_emu_tests target (its include directory comes first).
+//
+// What it models:
+//   - a launch runs the grid one block after another; the threads of a block are
+//     fibers (ucontext) on one OS thread, each on its own stack, switched only at
+//     __syncthreads(). Between barriers the threads run one after the other in
+//     index order, or in reverse order with DYNAMIQ_CUDA_EMU_ORDER=reverse: a
+//     missing barrier between a write and a read by another thread changes the
+//     result in at least one of the two orders.
+//   - a barrier that not every live thread of the block reaches (some threads
+//     returned, others wait) fails the launch, as it is undefined on a GPU.
+//   - __shared__ variables are one static copy (blocks never overlap), set to
+//     0xA5 before every block (only in non-template, non-inline kernels: gcc
+//     keeps the static locals of templates and inline functions out of the
+//     section this relies on, and keeps their values); dynamic
+//     shared memory is a buffer of exactly the launch's size (rounded up to 16
+//     bytes) that ends at an inaccessible page, filled with 0xA5 before every
+//     block.
+//   - launch configurations are checked as the GPU would: 1..1024 threads per
+//     block, grid dimensions >= 1 (x <= 2^31 - 1, y and z <= 65535), dynamic
+//     shared memory <= 48 KiB; a bad one sets cudaErrorInvalidConfiguration for
+//     cudaGetLastError() and runs nothing.
+//   - cudaMalloc returns 256-byte-aligned memory filled with 0xA5 (device
+//     memory is not zeroed), ending at most 255 bytes before an inaccessible
+//     guard page (reads or writes past the end fault; the slack is a canary
+//     checked by cudaFree). cudaMemcpy/cudaMemset check that the device side
+//     of a copy lies inside one live allocation and the host side inside none.
+//   - streams are synchronous: work happens at the call.
+// What it does not model: warps, the memory model between concurrently running
+// threads, device-only intrinsics (code under __CUDA_ARCH__ is not compiled
+// here: the host branches of the shared headers run), occupancy, timing.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <tuple>
+#include <utility>
+
+#define DYNAMIQ_CUDA_EMULATION 1
+
+#define __global__
+#define __device__
+#define __host__
+// Static shared variables all live in one linker section, which the emulator
+// fills with 0xA5 before every block (shared memory starts undefined on a GPU).
+#define __shared__ static __attribute__((section("dq_emu_shared")))
+#define __align__(n) __attribute__((aligned(n)))
+
+enum cudaError_t : int {
+  cudaSuccess = 0,
+  cudaErrorInvalidValue = 1,
+  cudaErrorMemoryAllocation = 2,
+  cudaErrorInvalidConfiguration = 9,
+  cudaErrorInvalidDevicePointer = 17,
+  cudaErrorLaunchFailure = 719,
+};
+typedef cudaError_t cudaError;
+
+enum cudaMemcpyKind : int {
+  cudaMemcpyHostToHost = 0,
+  cudaMemcpyHostToDevice = 1,
+  cudaMemcpyDeviceToHost = 2,
+  cudaMemcpyDeviceToDevice = 3,
+  cudaMemcpyDefault = 4,
+};
+
+struct CUstream_st;
+typedef CUstream_st* cudaStream_t;
+
+struct uint3 {
+  unsigned x, y, z;
+};
+struct dim3 {
+  unsigned x, y, z;
+  dim3(unsigned vx = 1, unsigned vy = 1, unsigned vz = 1) : x(vx), y(vy), z(vz) {}
+};
+
+// The built-in variables, set by the emulator before it resumes a thread.
+inline uint3 threadIdx{0, 0, 0};
+inline uint3 blockIdx{0, 0, 0};
+inline dim3 blockDim{1, 1, 1};
+inline dim3 gridDim{1, 1, 1};
+
+cudaError_t cudaMalloc(void** ptr, size_t bytes);
+template <typename T>
+cudaError_t cudaMalloc(T** ptr, size_t bytes) {
+  return cudaMalloc(reinterpret_cast<void**>(ptr), bytes);
+}
+cudaError_t cudaFree(void* ptr);
+cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind);
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind,
+                            cudaStream_t stream = nullptr);
+cudaError_t cudaMemset(void* dst, int value, size_t bytes);
+cudaError_t cudaMemsetAsync(void* dst, int value, size_t bytes, cudaStream_t stream = nullptr);
+cudaError_t cudaStreamSynchronize(cudaStream_t stream);
+cudaError_t cudaDeviceSynchronize();
+cudaError_t cudaGetLastError();
+cudaError_t cudaPeekAtLastError();
+cudaError_t cudaGetDeviceCount(int* count);
+const char* cudaGetErrorString(cudaError_t e);
+
+void __syncthreads();
+
+// Atomics: threads switch only at barriers, so a plain read-modify-write is atomic.
+template <typename T>
+T atomicMax(T* p, T v) {
+  const T old = *p;
+  if (v > old) *p = v;
+  return old;
+}
+template <typename T>
+T atomicOr(T* p, T v) {
+  const T old = *p;
+  *p = old | v;
+  return old;
+}
+template <typename T>
+T atomicAdd(T* p, T v) {
+  const T old = *p;
+  *p = old + v;
+  return old;
+}
+template <typename T>
+T atomicExch(T* p, T v) {
+  const T old = *p;
+  *p = v;
+  return old;
+}
+
+namespace dynamiq_cuda_emu {
+
+// Runs body(t) for every thread t of one block as fibers (see above); returns
+// false (and reports on stderr) when the block's barriers diverged.
+bool run_block(unsigned threads, void (*body)(void*), void* arg);
+// Checks a launch configuration; sets the last error and returns false if bad.
+bool begin_launch(dim3 grid, dim3 block, size_t smem);
+void end_launch(bool ok);
+// The current block's dynamic shared memory (ends at an inaccessible page).
+unsigned char* dynamic_smem();
+
+// For the emulator's own tests: the order threads run between barriers
+// (default: DYNAMIQ_CUDA_EMU_ORDER; returns the previous one), and clearing a
+// failed launch's sticky error.
+bool set_reverse_order(bool reverse);
+void reset_errors();
+
+template <typename... P>
+struct Launcher {
+  void (*kernel)(P...);
+  dim3 grid, block;
+  size_t smem;
+
+  template <typename... A>
+  void operator()(A&&... a) const {
+    if (!begin_launch(grid, block, smem)) return;
+    // kernel parameters are copied once per launch, as the GPU does
+    std::tuple<P...> args(std::forward<A>(a)...);
+    struct Ctx {
+      void (*kernel)(P...);
+      std::tuple<P...>* args;
+    } ctx{kernel, &args};
+    auto body = [](void* c) {
+      Ctx* x = static_cast<Ctx*>(c);
+      std::apply(x->kernel, *x->args);
+    };
+    bool ok = true;
+    for (unsigned z = 0; z < grid.z && ok; ++z)
+      for (unsigned y = 0; y < grid.y && ok; ++y)
+        for (unsigned x = 0; x < grid.x && ok; ++x) {
+          blockIdx = uint3{x, y, z};
+          ok = run_block(block.x * block.y * block.z, body, &ctx);
+        }
+    end_launch(ok);
+  }
+};
+
+template <typename... P>
+Launcher<P...> launcher(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t) {
+  return Launcher<P...>{kernel, grid, block, smem};
+}
+
+}  // namespace dynamiq_cuda_emu
