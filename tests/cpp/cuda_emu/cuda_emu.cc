@@ -33,8 +33,13 @@ size_t page_size() {
   return p;
 }
 
-cudaError_t g_last = cudaSuccess;    // cleared by cudaGetLastError
-cudaError_t g_sticky = cudaSuccess;  // a failed launch: reported by every sync
+thread_local cudaError_t g_last = cudaSuccess;  // per host thread, cleared by cudaGetLastError
+cudaError_t g_sticky = cudaSuccess;              // a failed launch: reported by every sync
+
+std::recursive_mutex& mutex() {
+  static std::recursive_mutex m;
+  return m;
+}
 
 // ---- device memory ----------------------------------------------------------------
 
@@ -147,6 +152,8 @@ char* stack_for(unsigned t) {
 
 }  // namespace
 
+std::unique_lock<std::recursive_mutex> lock() { return std::unique_lock<std::recursive_mutex>(mutex()); }
+
 bool begin_launch(dim3 grid, dim3 block_dim, size_t smem) {
   const uint64_t threads = uint64_t(block_dim.x) * block_dim.y * block_dim.z;
   const bool bad = threads == 0 || threads > 1024 || block_dim.z > 64 || grid.x == 0 || grid.y == 0 ||
@@ -180,6 +187,7 @@ bool set_reverse_order(bool reverse) {
 }
 
 void reset_errors() {
+  const auto held = lock();
   g_last = cudaSuccess;
   g_sticky = cudaSuccess;
 }
@@ -239,6 +247,7 @@ void __syncthreads() {
 }
 
 cudaError_t cudaMalloc(void** ptr, size_t bytes) {
+  const auto held = lock();
   if (!ptr) return fail(cudaErrorInvalidValue, "cudaMalloc: null result pointer");
   const size_t pg = page_size();
   const size_t data = ((bytes + kAlign - 1) / kAlign * kAlign + pg - 1) / pg * pg;
@@ -256,6 +265,7 @@ cudaError_t cudaMalloc(void** ptr, size_t bytes) {
 }
 
 cudaError_t cudaFree(void* ptr) {
+  const auto held = lock();
   if (!ptr) return cudaSuccess;
   auto& m = allocs();
   auto it = m.find(reinterpret_cast<uintptr_t>(ptr));
@@ -276,6 +286,7 @@ cudaError_t cudaFree(void* ptr) {
 }
 
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+  const auto held = lock();
   if (bytes == 0) return cudaSuccess;
   const bool dd = kind == cudaMemcpyDeviceToDevice || kind == cudaMemcpyHostToDevice;
   const bool sd = kind == cudaMemcpyDeviceToDevice || kind == cudaMemcpyDeviceToHost;
@@ -296,6 +307,7 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpy
 }
 
 cudaError_t cudaMemset(void* dst, int value, size_t bytes) {
+  const auto held = lock();
   if (bytes == 0) return cudaSuccess;
   if (!find_alloc(dst, bytes)) return fail(cudaErrorInvalidValue, "cudaMemset: not inside one device allocation");
   std::memset(dst, value, bytes);
@@ -306,10 +318,14 @@ cudaError_t cudaMemsetAsync(void* dst, int value, size_t bytes, cudaStream_t) {
   return cudaMemset(dst, value, bytes);
 }
 
-cudaError_t cudaStreamSynchronize(cudaStream_t) { return g_sticky; }
-cudaError_t cudaDeviceSynchronize() { return g_sticky; }
+cudaError_t cudaStreamSynchronize(cudaStream_t) {
+  const auto held = lock();
+  return g_sticky;
+}
+cudaError_t cudaDeviceSynchronize() { return cudaStreamSynchronize(nullptr); }
 
 cudaError_t cudaGetLastError() {
+  const auto held = lock();
   const cudaError_t e = g_last;
   g_last = g_sticky;
   return e;

@@ -29,7 +29,9 @@
 //     guard page (reads or writes past the end fault; the slack is a canary
 //     checked by cudaFree). cudaMemcpy/cudaMemset check that the device side
 //     of a copy lies inside one live allocation and the host side inside none.
-//   - streams are synchronous: work happens at the call.
+//   - streams are synchronous: work happens at the call. Calls from several
+//     host threads are serialised (one lock); the last error is per host
+//     thread, a failed launch's error sticky for all, as in CUDA.
 // What it does not model: warps, the memory model between concurrently running
 // threads, device-only intrinsics (code under __CUDA_ARCH__ is not compiled
 // here: the host branches of the shared headers run), occupancy, timing.
@@ -37,6 +39,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <mutex>
 #include <tuple>
 #include <utility>
 
@@ -133,6 +136,9 @@ T atomicExch(T* p, T v) {
 
 namespace dynamiq_cuda_emu {
 
+// The lock every runtime call and every launch holds.
+std::unique_lock<std::recursive_mutex> lock();
+
 // Runs body(t) for every thread t of one block as fibers (see above); returns
 // false (and reports on stderr) when the block's barriers diverged.
 bool run_block(unsigned threads, void (*body)(void*), void* arg);
@@ -156,6 +162,7 @@ struct Launcher {
 
   template <typename... A>
   void operator()(A&&... a) const {
+    const auto held = lock();
     if (!begin_launch(grid, block, smem)) return;
     // kernel parameters are copied once per launch, as the GPU does
     std::tuple<P...> args(std::forward<A>(a)...);

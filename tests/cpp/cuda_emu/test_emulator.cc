@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <thread>
 #include <vector>
 
 #include "kernels/cuda/launch.h"
@@ -48,6 +49,37 @@ TEST(CudaEmulator, EveryThreadOfEveryBlockRunsOnceWithItsIndices) {
   const auto h = get(d, n);
   for (size_t i = 0; i < n; ++i) ASSERT_EQ(h[i], unsigned(i + 1)) << i;
   cudaFree(d);
+}
+
+// Host threads launching at once (the in-process collective's ranks do): each
+// gets its own results and its own last error.
+TEST(CudaEmulator, CallsFromSeveralHostThreads) {
+  std::vector<std::thread> th;
+  std::vector<int> ok(4, 0);
+  for (int k = 0; k < 4; ++k)
+    th.emplace_back([k, &ok] {
+      const size_t n = 12 * 24;
+      unsigned* d = nullptr;
+      bool good = cudaMalloc(&d, n * sizeof(unsigned)) == cudaSuccess;
+      for (int rep = 0; rep < 20 && good; ++rep) {
+        good = cudaMemset(d, 0, n * sizeof(unsigned)) == cudaSuccess;
+        if (k == 0 && rep == 5) {  // only this thread sees its bad launch
+          DQ_LAUNCH(ids_kernel, 0, 1, 0, nullptr)(d);
+          good = good && cudaGetLastError() == cudaErrorInvalidConfiguration;
+        }
+        DQ_LAUNCH(ids_kernel, dim3(3, 2, 2), dim3(4, 3, 2), 0, nullptr)(d);
+        good = good && cudaGetLastError() == cudaSuccess;
+        std::vector<unsigned> h(n);
+        good = good && cudaMemcpy(h.data(), d, n * sizeof(unsigned), cudaMemcpyDeviceToHost) == cudaSuccess;
+        for (size_t i = 0; i < n && good; ++i) good = h[i] == unsigned(i + 1);
+      }
+      cudaFree(d);
+      ok[size_t(k)] = good ? 1 : 0;
+    });
+  testing::internal::CaptureStderr();
+  for (auto& t : th) t.join();
+  testing::internal::GetCapturedStderr();
+  EXPECT_EQ(ok, std::vector<int>(4, 1));
 }
 
 // Each thread writes its slot of shared memory, then reads its right
