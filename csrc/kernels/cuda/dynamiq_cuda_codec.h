@@ -2,7 +2,7 @@
 // the piece a GPU collective driver plugs into the executor in place of the
 // CPU DynamiqCodec. Same sizes, checks, wire format and Philox streams as the
 // CPU codec (it keeps one for sizes and tables), so every byte and value is
-// the CPU's: tests/cpp/cuda_dynamiq_collective.cu runs the whole in-process
+// the CPU's: tests/cpp/cuda_collective.cu runs the whole in-process
 // all-reduce (every topology) with both and compares every rank bit for bit.
 //
 // Pointers in Local / Output / acc / in / out are device pointers. Each call

@@ -1,0 +1,219 @@
+// The all-reduce with the CUDA codecs (DynamiqCudaCodec, BitsplitCudaCodec) in
+// place of the CPU ones, under the real executor and schedules over the
+// in-process transport: every topology, worlds 2, 3, 5 and 9, fp32 and bf16,
+// sum and mean, several blocks per chunk. Every rank's result and every byte
+// count must equal the CPU codec's run. With nvcc it runs on a GPU (the in-process
+// transport then hands device pointers between threads, so it needs one GPU
+// that all ranks share) and skips without one; CI runs it on the CPU
+// emulation of CUDA (tests/cpp/cuda_emu).
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <numeric>
+#include <vector>
+
+#include "hook/executor.h"
+#include "hook/inproc_transport.h"
+#include "hook/schedule.h"
+#include "kernels/cuda/bitsplit_cuda_codec.h"
+#include "kernels/cuda/dynamiq_cuda_codec.h"
+#include "test_dynamiq_util.h"
+
+namespace dynamiq {
+namespace {
+
+bool have_gpu() {
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+
+struct RankResult {
+  std::vector<uint8_t> bucket;
+  ExecStats st;
+};
+
+// One in-process all-reduce; codec_for(r) is rank r's codec, alloc/copy move
+// the bucket to and from where that codec works.
+template <typename CodecFor>
+std::vector<RankResult> run(Topology topo, int n, DType dt, bool mean, const Plan& plan,
+                            const std::vector<std::vector<uint8_t>>& input, CodecFor codec_for, bool device) {
+  const BlockTable bt = make_blocks(plan, 1500);  // several blocks per chunk
+  std::vector<RankResult> out(static_cast<size_t>(n));
+  InprocWorld world(n, std::chrono::seconds(120));
+  world.run([&](int r, Transport& tr) {
+    const std::vector<uint8_t>& x = input[size_t(r)];
+    void* data = nullptr;
+    std::vector<uint8_t> host = x;
+    if (device) {
+      EXPECT_EQ(cudaMalloc(&data, x.size()), cudaSuccess);
+      EXPECT_EQ(cudaMemcpy(data, x.data(), x.size(), cudaMemcpyHostToDevice), cudaSuccess);
+    } else {
+      data = host.data();
+    }
+    const Program prog = make_program(topo, r, n, bt);
+    ExecArgs ea;
+    ea.bucket = data;
+    ea.out.bucket = data;
+    ea.out.bias_scale = float(n);
+    ea.out.divisor = mean ? float(n) : 1.0f;
+    ea.rng.key = make_rng_key(11, 17);
+    ea.rng.rank = r;
+    ea.rng.world = n;
+    ea.rng.correlated = true;
+    RankResult& res = out[size_t(r)];
+    execute(tr, codec_for(r), plan, bt, prog, ea, res.st);
+    if (device) {
+      EXPECT_EQ(cudaMemcpy(host.data(), data, x.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+      cudaFree(data);
+    }
+    res.bucket = host;
+  });
+  return out;
+}
+
+// n ranks' buckets: Gaussian + 0.25 in the bucket's dtype.
+std::vector<std::vector<uint8_t>> make_input(int n, DType dt, int64_t numel) {
+  std::vector<std::vector<uint8_t>> input(static_cast<size_t>(n));
+  for (int r = 0; r < n; ++r) {
+    const std::vector<float> v = dqtest::gaussian(size_t(numel), uint64_t(100 * n + r));
+    auto& b = input[size_t(r)];
+    b.resize(size_t(numel) * size_t(dtype_size(dt)));
+    for (int64_t i = 0; i < numel; ++i) {
+      const float x = v[size_t(i)] + 0.25f;
+      if (dt == DType::kF32) {
+        std::memcpy(b.data() + 4 * i, &x, 4);
+      } else {
+        const uint16_t h = f32_to_bf16(x);
+        std::memcpy(b.data() + 2 * i, &h, 2);
+      }
+    }
+  }
+  return input;
+}
+
+void expect_same(const std::vector<RankResult>& got, const std::vector<RankResult>& want,
+                 const std::vector<uint8_t>& input0) {
+  for (size_t r = 0; r < got.size(); ++r) {
+    EXPECT_EQ(got[r].bucket, want[r].bucket) << "rank " << r;
+    EXPECT_EQ(got[r].st.bytes_sent, want[r].st.bytes_sent) << "rank " << r;
+    EXPECT_EQ(got[r].st.bytes_received, want[r].st.bytes_received) << "rank " << r;
+    EXPECT_EQ(got[r].bucket, got[0].bucket) << "rank " << r << " differs from rank 0";
+  }
+  EXPECT_NE(got[0].bucket, input0) << "the all-reduce changed nothing";
+}
+
+TEST(CudaCollective, DynamiqSameResultsAndBytesAsTheCpuCodecOnEveryRank) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  DynamiqParams prm;
+  const DynamiqFormat f = prm.fmt;
+  const int64_t numel = 256 * 29 + 51;
+  const int64_t units = ceil_div<int64_t>(numel, f.S);
+  // rank codecs kept across configurations: each must notice the new plan
+  std::map<int, std::vector<std::unique_ptr<cuda::DynamiqCudaCodec>>> gpu;
+  for (Topology topo : {Topology::kRing, Topology::kButterfly, Topology::kTwoStep})
+    for (int n : {2, 3, 5, 9})
+      for (DType dt : {DType::kF32, DType::kBF16}) {
+        SCOPED_TRACE(std::string(topology_name(topo)) + " n=" + std::to_string(n) + " " + dtype_name(dt));
+        const bool mean = n % 2 == 1;
+        const auto input = make_input(n, dt, numel);
+        // mixed widths grouped by width, a per-SG bias; a different plan in
+        // every configuration (the codecs are reused and must re-upload it)
+        const int64_t shift = int64_t(topo) * 2 + int64_t(dt);
+        std::vector<uint8_t> bits(static_cast<size_t>(units));
+        std::vector<float> bias(static_cast<size_t>(units));
+        for (int64_t u = 0; u < units; ++u) {
+          bits[size_t(u)] = uint8_t(kDynamiqWidths[(u * 3 + shift) % 5]);
+          bias[size_t(u)] = 0.25f + 0.01f * float((u + shift) % 7);
+        }
+        std::vector<int32_t> order(static_cast<size_t>(units));
+        std::iota(order.begin(), order.end(), 0);
+        std::stable_sort(order.begin(), order.end(),
+                         [&](int32_t a, int32_t b) { return bits[size_t(a)] < bits[size_t(b)]; });
+        const Plan plan = make_dynamiq_plan(dt, numel, f, bits, order, bias, topology_chunks(topo, n));
+
+        const DynamiqCodec cpu(prm);
+        const auto want = run(topo, n, dt, mean, plan, input, [&](int) -> const Codec& { return cpu; }, false);
+        auto& codecs = gpu[n];
+        for (int r = int(codecs.size()); r < n; ++r) codecs.push_back(std::make_unique<cuda::DynamiqCudaCodec>(prm));
+        const auto got =
+            run(topo, n, dt, mean, plan, input, [&](int r) -> const Codec& { return *codecs[size_t(r)]; }, true);
+        expect_same(got, want, input[0]);
+      }
+}
+
+TEST(CudaCollective, BitsplitSameResultsAndBytesAsTheCpuCodecOnEveryRank) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  const int64_t numel = 1024 * 9 + 77;  // a partial last group and unit
+  std::map<int, std::vector<std::unique_ptr<cuda::BitsplitCudaCodec>>> gpu;
+  for (const BitsplitParams& prm : {BitsplitParams{2, 32, true, false}, BitsplitParams{5, 128, false, true}}) {
+    gpu.clear();
+    const BitsplitCodec cpu(prm);
+    for (Topology topo : {Topology::kTwoStep, Topology::kRing, Topology::kButterfly})
+      for (int n : {2, 3, 5})
+        for (DType dt : {DType::kF32, DType::kBF16}) {
+          SCOPED_TRACE("bits " + std::to_string(prm.bits) + " " + topology_name(topo) + " n=" + std::to_string(n) +
+                       " " + dtype_name(dt));
+          const bool mean = n % 2 == 1;
+          const auto input = make_input(n, dt, numel);
+          const Plan plan = cpu.make_plan(dt, numel, topology_chunks(topo, n));
+          const auto want = run(topo, n, dt, mean, plan, input, [&](int) -> const Codec& { return cpu; }, false);
+          auto& codecs = gpu[n];
+          for (int r = int(codecs.size()); r < n; ++r) codecs.push_back(std::make_unique<cuda::BitsplitCudaCodec>(prm));
+          const auto got =
+              run(topo, n, dt, mean, plan, input, [&](int r) -> const Codec& { return *codecs[size_t(r)]; }, true);
+          expect_same(got, want, input[0]);
+        }
+  }
+}
+
+// Malformed input raises MalformedMessage from the CUDA codecs as from the CPU
+// ones: a wrong size (before any launch) and, for bit-split, a spike index out
+// of range (a device flag); the codec decodes the next good message normally.
+TEST(CudaCollective, MalformedMessagesRaiseAndTheCodecRecovers) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  const BitsplitParams prm{2, 32, true, false};
+  cuda::BitsplitCudaCodec codec(prm);
+  const int64_t numel = 1000;
+  const Plan plan = codec.cpu().make_plan(DType::kF32, numel, 1);
+  const Block all{0, plan.num_units};
+  const size_t bytes = codec.static_bytes(plan, all);
+  const auto x = make_input(1, DType::kF32, numel)[0];
+  void *dx = nullptr, *dy = nullptr;
+  uint8_t* dm = nullptr;
+  ASSERT_EQ(cudaMalloc(&dx, x.size()), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&dy, x.size()), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&dm, bytes), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(dx, x.data(), x.size(), cudaMemcpyHostToDevice), cudaSuccess);
+  Local lx;
+  lx.bucket = dx;
+  RngCtx rng;
+  ASSERT_EQ(codec.compress(lx, plan, all, rng, dm), bytes);
+  std::vector<uint8_t> good(bytes);
+  ASSERT_EQ(cudaMemcpy(good.data(), dm, bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+  Output y;
+  y.bucket = dy;
+  EXPECT_THROW(codec.decompress(dm, bytes - 1, plan, all, y), MalformedMessage);
+  std::vector<uint8_t> bad = good;
+  bad.back() = 255;  // the last spike index: past its group
+  ASSERT_EQ(cudaMemcpy(dm, bad.data(), bytes, cudaMemcpyHostToDevice), cudaSuccess);
+  EXPECT_THROW(codec.decompress(dm, bytes, plan, all, y), MalformedMessage);
+  std::vector<float> acc(size_t(plan.num_units * plan.unit));
+  float* dacc = nullptr;
+  ASSERT_EQ(cudaMalloc(&dacc, acc.size() * sizeof(float)), cudaSuccess);
+  EXPECT_THROW(codec.decompress_accumulate(dm, bytes, lx, plan, all, dacc), MalformedMessage);
+  ASSERT_EQ(cudaMemcpy(dm, good.data(), bytes, cudaMemcpyHostToDevice), cudaSuccess);
+  EXPECT_NO_THROW(codec.decompress(dm, bytes, plan, all, y));
+  // DynamiQ: only the size can be wrong
+  cuda::DynamiqCudaCodec dq;
+  const Plan dplan = make_dynamiq_plan(DType::kF32, numel, dq.cpu().params().fmt, std::vector<uint8_t>(4, 4), {}, {}, 1);
+  const Block dall{0, dplan.num_units};
+  EXPECT_THROW(dq.decompress(dm, dq.static_bytes(dplan, dall) + 1, dplan, dall, y), MalformedMessage);
+  for (void* p : {dx, dy, static_cast<void*>(dm), static_cast<void*>(dacc)}) cudaFree(p);
+}
+
+}  // namespace
+}  // namespace dynamiq
