@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -17,18 +18,26 @@ double secs(Clock::time_point a, Clock::time_point b) {
 // Reusable byte buffers. Block messages are all about the same size, and a
 // fresh allocation per message costs an mmap, page faults and munmap (on a
 // 16 MB fp32 bucket that was slower than the transfer itself), so buffers
-// live in a per-thread pool that persists across collectives (each group's
-// collectives run on one worker thread). Memory is not zero-filled.
+// live in a per-thread pool per Memory that persists across collectives (each
+// group's collectives run on one worker thread). Memory is not zero-filled.
+// Frees a pool buffer into the Memory it came from.
+struct ReleaseTo {
+  const Memory* memory = nullptr;
+  void operator()(uint8_t* p) const { memory->release(p); }
+};
+
 class BufferPool {
  public:
   struct Buf {
-    std::unique_ptr<uint8_t[]> mem;
+    std::unique_ptr<uint8_t, ReleaseTo> mem;
     size_t capacity = 0;
     size_t size = 0;  // bytes in use
     uint8_t* ext = nullptr;  // set: a view of memory the pool does not own (the bucket)
     uint8_t* data() { return ext ? ext : mem.get(); }
   };
   using Ptr = std::shared_ptr<Buf>;
+
+  explicit BufferPool(const Memory& memory) : memory_(memory) {}
 
   // A buffer over caller memory (zero-copy into/out of the bucket).
   static Ptr view(uint8_t* p, size_t size) {
@@ -53,7 +62,8 @@ class BufferPool {
       retained_ -= b->capacity;
     } else {
       b = std::make_unique<Buf>();
-      b->mem.reset(new uint8_t[capacity > 0 ? capacity : 1]);
+      b->mem = std::unique_ptr<uint8_t, ReleaseTo>(static_cast<uint8_t*>(memory_.allocate(capacity)),
+                                                   ReleaseTo{&memory_});
       b->capacity = capacity;
     }
     b->size = 0;
@@ -68,18 +78,19 @@ class BufferPool {
     free_.push_back(std::move(b));
   }
   static constexpr size_t kMaxRetained = size_t(1) << 30;
+  const Memory& memory_;
   std::vector<std::unique_ptr<Buf>> free_;
   size_t retained_ = 0;
 };
 
-// The calling thread's pool (freed when the thread exits); replaced after a
-// failure, when the old one is parked (see park_on_failure).
-std::unique_ptr<BufferPool>& thread_pool_slot() {
-  thread_local std::unique_ptr<BufferPool> pool;
-  if (!pool) pool = std::make_unique<BufferPool>();
+// The calling thread's pool for `memory` (freed when the thread exits);
+// replaced after a failure, when the old one is parked (see park_on_failure).
+std::unique_ptr<BufferPool>& thread_pool_slot(const Memory& memory) {
+  thread_local std::map<const Memory*, std::unique_ptr<BufferPool>> pools;
+  std::unique_ptr<BufferPool>& pool = pools[&memory];
+  if (!pool) pool = std::make_unique<BufferPool>(memory);
   return pool;
 }
-BufferPool* thread_pool() { return thread_pool_slot().get(); }
 
 struct PendingSend {
   std::unique_ptr<Request> req;
@@ -97,7 +108,7 @@ struct PostedRecv {
 // On failure, requests may still reference buffers (a posted receive can be
 // written by the backend later). Park them forever rather than free memory a
 // backend might still write; the process group is unusable after a failure.
-void park_on_failure(std::deque<PostedRecv>& recvs, std::vector<PendingSend>& sends) {
+void park_on_failure(const Memory& memory, std::deque<PostedRecv>& recvs, std::vector<PendingSend>& sends) {
   static std::mutex mu;
   static std::vector<std::shared_ptr<void>>* graveyard = new std::vector<std::shared_ptr<void>>();
   std::lock_guard<std::mutex> lk(mu);
@@ -113,8 +124,8 @@ void park_on_failure(std::deque<PostedRecv>& recvs, std::vector<PendingSend>& se
   sends.clear();
   // Buffers returned to the pool later must not be reused or freed either:
   // park this thread's pool (kept reachable, never freed) and start a new one.
-  graveyard->push_back(std::shared_ptr<void>(thread_pool_slot().release(), [](void*) {}));
-  thread_pool_slot() = std::make_unique<BufferPool>();
+  graveyard->push_back(std::shared_ptr<void>(thread_pool_slot(memory).release(), [](void*) {}));
+  thread_pool_slot(memory) = std::make_unique<BufferPool>(memory);
 }
 
 }  // namespace
@@ -123,6 +134,7 @@ void execute(Transport& tr, const Codec& codec, const Plan& plan, const BlockTab
              const Program& prog, const ExecArgs& args, ExecStats& st) {
   const size_t nb = bt.blocks.size();
   const int64_t U = plan.unit;
+  const Memory& memory = args.memory ? *args.memory : host_memory();
 
   // Accumulator: needed by blocks that receive a kRecvDA; laid out in wire order.
   int64_t acc_w0 = INT64_MAX, acc_w1 = INT64_MIN;
@@ -132,8 +144,9 @@ void execute(Transport& tr, const Codec& codec, const Plan& plan, const BlockTab
     acc_w0 = std::min(acc_w0, b.w0);
     acc_w1 = std::max(acc_w1, b.w1);
   }
-  std::unique_ptr<float[]> acc;
-  if (acc_w1 > acc_w0) acc.reset(new float[size_t((acc_w1 - acc_w0) * U)]);
+  auto release = [&memory](float* p) { memory.release(p); };
+  std::unique_ptr<float, decltype(release)> acc(nullptr, release);
+  if (acc_w1 > acc_w0) acc.reset(static_cast<float*>(memory.allocate(size_t((acc_w1 - acc_w0) * U) * sizeof(float))));
 
   // Last op index touching each block's final bytes, to release them early.
   std::vector<size_t> last_final_use(nb, 0);
@@ -144,7 +157,7 @@ void execute(Transport& tr, const Codec& codec, const Plan& plan, const BlockTab
       last_final_use[size_t(op.block)] = i;
   }
 
-  BufferPool* pool = thread_pool();
+  BufferPool* pool = thread_pool_slot(memory).get();
   std::vector<uint8_t> in_acc(nb, 0);
   std::vector<BufferPool::Ptr> pending(nb), finals(nb);
   std::deque<PostedRecv> posted;
@@ -337,7 +350,7 @@ void execute(Transport& tr, const Codec& codec, const Plan& plan, const BlockTab
     for (auto& s : sends) wait_timer(*s.req);
     sends.clear();
   } catch (...) {
-    park_on_failure(posted, sends);
+    park_on_failure(memory, posted, sends);
     throw;
   }
 }

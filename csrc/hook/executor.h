@@ -25,6 +25,9 @@ struct ExecArgs {
   Output out;                   // how final values are written (bias add, divisor)
   RngCtx rng;
   int64_t window_bytes = 16 << 20;
+  // Where message buffers and the accumulator live (null: host memory); the
+  // memory of the codec's pointers (a device's for the CUDA codecs).
+  const Memory* memory = nullptr;
 };
 
 // Tag bit marking the dynamic part of a two-part message.

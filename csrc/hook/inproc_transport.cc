@@ -6,8 +6,8 @@
 
 namespace dynamiq {
 
-InprocWorld::InprocWorld(int size, std::chrono::milliseconds timeout)
-    : size_(size), timeout_(timeout) {
+InprocWorld::InprocWorld(int size, std::chrono::milliseconds timeout, const Memory* memory)
+    : size_(size), timeout_(timeout), memory_(memory ? *memory : host_memory()) {
   DQ_CHECK(size >= 1, "in-process world: size must be >= 1");
 }
 
@@ -26,8 +26,8 @@ void InprocWorld::fail(int rank, const std::string& why) {
 
 void InprocWorld::post(int src, int dst, uint32_t tag, const void* data, size_t bytes) {
   DQ_CHECK(dst >= 0 && dst < size_, "in-process send: bad destination rank");
-  const auto* p = static_cast<const uint8_t*>(data);
-  std::vector<uint8_t> msg(p, p + bytes);
+  std::vector<uint8_t> msg(bytes);
+  memory_.to_host(msg.data(), data, bytes);
   std::lock_guard<std::mutex> lk(mu_);
   mail_[Key{src, dst, tag}].push_back(std::move(msg));
   cv_.notify_all();
@@ -50,7 +50,7 @@ void InprocWorld::take(int src, int dst, uint32_t tag, void* data, size_t bytes)
         throw TransportError("in-process recv from rank " + std::to_string(src) + " tag " +
                              std::to_string(tag) + ": message of " + std::to_string(msg.size()) +
                              " bytes, receive posted for " + std::to_string(bytes));
-      if (bytes) std::memcpy(data, msg.data(), bytes);
+      memory_.from_host(data, msg.data(), bytes);
       return;
     }
     if (cv_.wait_until(lk, deadline) == std::cv_status::timeout) {

@@ -16,13 +16,17 @@
 #include <tuple>
 #include <vector>
 
+#include "../kernels/codec.h"
 #include "transport.h"
 
 namespace dynamiq {
 
 class InprocWorld {
  public:
-  explicit InprocWorld(int size, std::chrono::milliseconds timeout = std::chrono::seconds(120));
+  // `memory`: where the ranks' send and receive buffers live (null: host);
+  // messages are staged on the host through its to_host / from_host.
+  explicit InprocWorld(int size, std::chrono::milliseconds timeout = std::chrono::seconds(120),
+                       const Memory* memory = nullptr);
   int size() const { return size_; }
 
   // Runs fn(rank, transport) on `size` threads and rethrows the first failure
@@ -43,6 +47,7 @@ class InprocWorld {
 
   const int size_;
   const std::chrono::milliseconds timeout_;
+  const Memory& memory_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::map<Key, std::deque<std::vector<uint8_t>>> mail_;

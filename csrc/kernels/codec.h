@@ -147,6 +147,22 @@ class Codec {
                                                   uint8_t* out) const = 0;
 };
 
+// Where a codec's buffers live: the executor allocates its message buffers and
+// accumulator here, and an in-process transport copies through to_host /
+// from_host. host_memory() for the CPU codecs; a device's memory for the CUDA
+// ones (cuda/cuda_memory.h).
+class Memory {
+ public:
+  virtual ~Memory() = default;
+  virtual std::string name() const = 0;
+  // At least `bytes` bytes (also for 0), not zeroed. Throws Error on failure.
+  virtual void* allocate(size_t bytes) const = 0;
+  virtual void release(void* p) const = 0;
+  virtual void to_host(void* host_dst, const void* src, size_t bytes) const = 0;
+  virtual void from_host(void* dst, const void* host_src, size_t bytes) const = 0;
+};
+const Memory& host_memory();
+
 // ---- helpers shared by codecs -------------------------------------------------
 
 // Throws MalformedMessage unless a received message has exactly the expected size.

@@ -2,10 +2,11 @@
 // place of the CPU ones, under the real executor and schedules over the
 // in-process transport: every topology, worlds 2, 3, 5 and 9, fp32 and bf16,
 // sum and mean, several blocks per chunk. Every rank's result and every byte
-// count must equal the CPU codec's run. With nvcc it runs on a GPU (the in-process
-// transport then hands device pointers between threads, so it needs one GPU
-// that all ranks share) and skips without one; CI runs it on the CPU
-// emulation of CUDA (tests/cpp/cuda_emu).
+// count must equal the CPU codec's run. The GPU run keeps the buckets, the
+// executor's buffers and accumulator in device memory (cuda::device_memory) and
+// stages messages between the rank threads through the host. With nvcc it runs
+// on a GPU (one device shared by all ranks) and skips without one; CI runs it
+// on the CPU emulation of CUDA (tests/cpp/cuda_emu).
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -20,6 +21,7 @@
 #include "hook/inproc_transport.h"
 #include "hook/schedule.h"
 #include "kernels/cuda/bitsplit_cuda_codec.h"
+#include "kernels/cuda/cuda_memory.h"
 #include "kernels/cuda/dynamiq_cuda_codec.h"
 #include "kernels/cuda/identity_cuda_codec.h"
 #include "test_dynamiq_util.h"
@@ -44,7 +46,9 @@ std::vector<RankResult> run(Topology topo, int n, DType dt, bool mean, const Pla
                             const std::vector<std::vector<uint8_t>>& input, CodecFor codec_for, bool device) {
   const BlockTable bt = make_blocks(plan, 1500);  // several blocks per chunk
   std::vector<RankResult> out(static_cast<size_t>(n));
-  InprocWorld world(n, std::chrono::seconds(120));
+  // on the device: the executor's buffers in device memory, messages staged
+  // through the host (the emulator checks both copies touch device allocations)
+  InprocWorld world(n, std::chrono::seconds(120), device ? &cuda::device_memory() : nullptr);
   world.run([&](int r, Transport& tr) {
     const std::vector<uint8_t>& x = input[size_t(r)];
     void* data = nullptr;
@@ -65,6 +69,7 @@ std::vector<RankResult> run(Topology topo, int n, DType dt, bool mean, const Pla
     ea.rng.rank = r;
     ea.rng.world = n;
     ea.rng.correlated = true;
+    ea.memory = device ? &cuda::device_memory() : nullptr;
     RankResult& res = out[size_t(r)];
     execute(tr, codec_for(r), plan, bt, prog, ea, res.st);
     if (device) {
