@@ -1,4 +1,4 @@
-// The all-reduce with the CUDA codecs (Dynamiq-, Bitsplit-, IdentityCudaCodec) in
+// The all-reduce with the CUDA codecs (Dynamiq-, Bitsplit-, Identity-, LosslessCudaCodec) in
 // place of the CPU ones, under the real executor and schedules over the
 // in-process transport: every topology, worlds 2, 3, 5 and 9, fp32 and bf16,
 // sum and mean, several blocks per chunk. Every rank's result and every byte
@@ -24,6 +24,8 @@
 #include "kernels/cuda/cuda_memory.h"
 #include "kernels/cuda/dynamiq_cuda_codec.h"
 #include "kernels/cuda/identity_cuda_codec.h"
+#include "kernels/cuda/lossless_cuda_codec.h"
+#include "kernels/lossless_codec.h"
 #include "test_dynamiq_util.h"
 
 namespace dynamiq {
@@ -213,6 +215,32 @@ TEST(CudaCollective, IdentitySameResultsAndBytesAsTheCpuCodecOnEveryRank) {
   EXPECT_EQ(h, std::vector<uint8_t>(x.begin() + long(off), x.begin() + long(off + bytes)));
   cudaFree(dx);
   cudaFree(dout);
+}
+
+// Mode lossless: two-part messages (the executor reads the dynamic part's size
+// from a header the codec copies to the host), every exponent format the data
+// picks, fp32/bf16/fp16; bytes sent include the dynamic parts.
+TEST(CudaCollective, LosslessSameResultsAndBytesAsTheCpuCodecOnEveryRank) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  const int64_t numel = 20000 + 13;  // a tail that travels verbatim
+  for (uint32_t formats : {0xfu, 0x1u, 0x5u}) {
+    LosslessOptions opt;
+    opt.formats = formats;
+    const LosslessCodec cpu(opt);
+    const cuda::LosslessCudaCodec gpu(opt);
+    for (Topology topo : {Topology::kRing, Topology::kButterfly, Topology::kTwoStep})
+      for (int n : {2, 3})
+        for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
+          SCOPED_TRACE("formats " + std::to_string(formats) + " " + topology_name(topo) + " n=" + std::to_string(n) +
+                       " " + dtype_name(dt));
+          const bool mean = n % 2 == 1;
+          const auto input = make_input(n, dt, numel);
+          const Plan plan = make_lossless_plan(dt, numel, topology_chunks(topo, n));
+          const auto want = run(topo, n, dt, mean, plan, input, [&](int) -> const Codec& { return cpu; }, false);
+          const auto got = run(topo, n, dt, mean, plan, input, [&](int) -> const Codec& { return gpu; }, true);
+          expect_same(got, want, input[0]);
+        }
+  }
 }
 
 // Malformed input raises MalformedMessage from the CUDA codecs as from the CPU
