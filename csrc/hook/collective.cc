@@ -93,9 +93,12 @@ Header exchange_header(Transport& tr, const std::vector<Field>& fields, bool non
 }
 
 ExecStats run_exact(Transport& tr, Topology topo, void* data, DType dtype, int64_t numel,
-                    ReduceOp op, int64_t block_bytes, int64_t window_bytes, CallStats* cs) {
+                    ReduceOp op, int64_t block_bytes, int64_t window_bytes, CallStats* cs,
+                    const Device* device = nullptr) {
   const int n = tr.size();
-  IdentityCodec codec;
+  IdentityCodec host_codec;
+  const std::unique_ptr<Codec> device_codec = device ? device->identity_codec() : nullptr;
+  const Codec& codec = device ? *device_codec : host_codec;
   Plan plan = make_identity_plan(dtype, numel, topology_chunks(topo, n));
   BlockTable bt = make_blocks(plan, block_bytes);
   Program prog = make_program(topo, tr.rank(), n, bt);
@@ -104,6 +107,7 @@ ExecStats run_exact(Transport& tr, Topology topo, void* data, DType dtype, int64
   ea.out.bucket = data;
   ea.out.divisor = op == ReduceOp::kMean ? float(n) : 1.0f;
   ea.window_bytes = window_bytes;
+  ea.memory = device ? &device->memory() : nullptr;
   ExecStats es;
   execute(tr, codec, plan, bt, prog, ea, es);
   if (cs) {
@@ -139,7 +143,8 @@ CallStats all_reduce(Transport& tr, const CollectiveConfig& cfg, const CallArgs&
   bool nonfinite = false;
   if (ok_input && cfg.mode != Mode::kNone) {
     stats.resize(size_t(scheme->stats_count(a.dtype, a.numel)));
-    nonfinite = scheme->local_pass(a.data, a.dtype, a.numel, stats.data());
+    nonfinite = a.device ? scheme->device_local_pass(*a.device, a.data, a.dtype, a.numel, stats.data())
+                         : scheme->local_pass(a.data, a.dtype, a.numel, stats.data());
   }
   cs.t_local = secs(t0, Clock::now());
 
@@ -172,7 +177,7 @@ CallStats all_reduce(Transport& tr, const CollectiveConfig& cfg, const CallArgs&
 
   if (path != Path::kCompressed) {
     ExecStats es = run_exact(tr, cfg.topology, a.data, a.dtype, a.numel, a.op, cfg.exact_block_bytes(),
-                             cfg.window_bytes, &cs);
+                             cfg.window_bytes, &cs, a.device);
     cs.bytes_sent = es.bytes_sent;
     cs.bytes_received = es.bytes_received;
     cs.messages_sent = es.messages_sent;
@@ -185,9 +190,21 @@ CallStats all_reduce(Transport& tr, const CollectiveConfig& cfg, const CallArgs&
 
   // 3. metadata all-reduce
   t0 = Clock::now();
-  if (!stats.empty())
+  if (!stats.empty() && !a.device) {
     all_reduce_exact_f32(tr, cfg.topology, stats.data(), int64_t(stats.size()), cfg.exact_block_bytes(),
                          cfg.window_bytes, &cs.meta_bytes_sent);
+  } else if (!stats.empty()) {
+    // through the device's memory (a GPU transport sends device buffers)
+    const Memory& mem = a.device->memory();
+    const size_t bytes = stats.size() * sizeof(float);
+    auto release = [&mem](void* p) { mem.release(p); };
+    std::unique_ptr<void, decltype(release)> d(mem.allocate(bytes), release);
+    mem.from_host(d.get(), stats.data(), bytes);
+    cs.meta_bytes_sent += run_exact(tr, cfg.topology, d.get(), DType::kF32, int64_t(stats.size()), ReduceOp::kSum,
+                                    cfg.exact_block_bytes(), cfg.window_bytes, nullptr, a.device)
+                              .bytes_sent;
+    mem.to_host(stats.data(), d.get(), bytes);
+  }
   cs.t_meta = secs(t0, Clock::now());
 
   // 4. plan, blocks, schedule
@@ -219,8 +236,10 @@ CallStats all_reduce(Transport& tr, const CollectiveConfig& cfg, const CallArgs&
   ea.rng.world = n;
   ea.rng.correlated = cfg.correlated;
   ea.rng.stochastic = cfg.stochastic;
+  ea.memory = a.device ? &a.device->memory() : nullptr;
+  const std::unique_ptr<Codec> device_codec = a.device ? scheme->device_codec(*a.device) : nullptr;
   ExecStats es;
-  execute(tr, scheme->codec(), plan, bt, prog, ea, es);
+  execute(tr, a.device ? *device_codec : scheme->codec(), plan, bt, prog, ea, es);
   cs.bytes_sent = es.bytes_sent;
   cs.bytes_received = es.bytes_received;
   cs.messages_sent = es.messages_sent;

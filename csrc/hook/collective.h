@@ -45,6 +45,10 @@ struct CallArgs {
   uint64_t seq = 0;               // collective sequence number (randomness key, fingerprint)
   PlanState* plan_state = nullptr;  // allocator state of this bucket (may be null)
   InputError local_error = InputError::kNone;
+  // Non-null: `data` lives in this device's memory; the local pass, the
+  // metadata and exact all-reduces and the codec run there (buffers in its
+  // memory); the header exchange, allocator and plan stay on the host.
+  const Device* device = nullptr;
 };
 
 struct CallStats {

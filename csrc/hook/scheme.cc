@@ -12,6 +12,8 @@ class NoneScheme final : public Scheme {
   const Codec& codec() const override { return codec_; }
   bool exact() const override { return true; }
   bool local_pass(const void*, DType, int64_t, float*) const override { return false; }
+  bool device_local_pass(const Device&, const void*, DType, int64_t, float*) const override { return false; }
+  std::unique_ptr<Codec> device_codec(const Device& d) const override { return d.identity_codec(); }
   Plan make_plan(DType dtype, int64_t numel, int num_chunks, int, const float*, PlanState&,
                  PlanInfo& info) const override {
     info.bits_per_coord = 8.0 * dtype_size(dtype);

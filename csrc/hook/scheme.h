@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "../kernels/codec.h"
+#include "../kernels/device.h"
 #include "config.h"
 
 namespace dynamiq {
@@ -40,6 +41,11 @@ class Scheme {
   // returns true if the bucket holds a non-finite value. Exact schemes may
   // skip the scan and return false.
   virtual bool local_pass(const void* data, DType dtype, int64_t numel, float* stats) const = 0;
+  // The same on a device's data (stats still written to host memory), and the
+  // device's version of codec().
+  virtual bool device_local_pass(const Device& d, const void* data, DType dtype, int64_t numel,
+                                 float* stats) const = 0;
+  virtual std::unique_ptr<Codec> device_codec(const Device& d) const = 0;
   // The plan, identical on every rank given identical inputs.
   virtual Plan make_plan(DType dtype, int64_t numel, int num_chunks, int world,
                          const float* global_stats, PlanState& state, PlanInfo& info) const = 0;

@@ -15,6 +15,10 @@ class BitsplitScheme final : public Scheme {
   bool local_pass(const void* data, DType dtype, int64_t numel, float*) const override {
     return has_nonfinite(data, dtype, numel);
   }
+  bool device_local_pass(const Device& d, const void* data, DType dtype, int64_t numel, float*) const override {
+    return d.has_nonfinite(data, dtype, numel);
+  }
+  std::unique_ptr<Codec> device_codec(const Device& d) const override { return d.bitsplit_codec(codec_.params()); }
   Plan make_plan(DType dtype, int64_t numel, int num_chunks, int, const float*, PlanState&,
                  PlanInfo& info) const override {
     Plan p = codec_.make_plan(dtype, numel, num_chunks);

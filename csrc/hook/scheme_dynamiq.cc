@@ -39,6 +39,11 @@ class DynamiqScheme final : public Scheme {
   bool local_pass(const void* data, DType dtype, int64_t numel, float* stats) const override {
     return dynamiq_local_stats(data, dtype, numel, alloc_.format.S, stats);
   }
+  bool device_local_pass(const Device& d, const void* data, DType dtype, int64_t numel,
+                         float* stats) const override {
+    return d.dynamiq_stats(data, dtype, numel, alloc_.format.S, stats);
+  }
+  std::unique_ptr<Codec> device_codec(const Device& d) const override { return d.dynamiq_codec(codec_.params()); }
   Plan make_plan(DType dtype, int64_t numel, int num_chunks, int world, const float* global_stats,
                  PlanState& state, PlanInfo& info) const override {
     DQ_CHECK(global_stats != nullptr, "dynamiq: planning needs the all-reduced statistics");

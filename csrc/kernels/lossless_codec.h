@@ -128,6 +128,7 @@ class LosslessCodec final : public Codec {
  public:
   explicit LosslessCodec(LosslessOptions opt = {}) : opt_(opt) {}
   std::string name() const override { return "lossless"; }
+  const LosslessOptions& options() const { return opt_; }
   size_t static_bytes(const Plan& plan, const Block& b) const override;
   size_t max_dynamic_bytes(const Plan& plan, const Block& b) const override;
   size_t dynamic_bytes(const uint8_t* static_part, const Plan& plan, const Block& b) const override;

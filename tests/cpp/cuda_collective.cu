@@ -12,15 +12,18 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <memory>
 #include <numeric>
 #include <vector>
 
+#include "hook/collective.h"
 #include "hook/executor.h"
 #include "hook/inproc_transport.h"
 #include "hook/schedule.h"
 #include "kernels/cuda/bitsplit_cuda_codec.h"
+#include "kernels/cuda/cuda_device.h"
 #include "kernels/cuda/cuda_memory.h"
 #include "kernels/cuda/dynamiq_cuda_codec.h"
 #include "kernels/cuda/identity_cuda_codec.h"
@@ -241,6 +244,81 @@ TEST(CudaCollective, LosslessSameResultsAndBytesAsTheCpuCodecOnEveryRank) {
           expect_same(got, want, input[0]);
         }
   }
+}
+
+// The whole collective driver (local pass, header, metadata all-reduce,
+// allocator, plan, execute, exact paths) with the buckets on the device
+// (CallArgs::device) against the same call on the host: every mode, topology,
+// n = 2 and 3, fp32/bf16, sum/mean, and a bucket with an inf (the exact path).
+TEST(CudaCollective, TheDriverOnTheDeviceEqualsTheHostInEveryMode) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  const int64_t numel = 256 * 40 + 5;
+  for (Mode mode : {Mode::kNone, Mode::kDynamiq, Mode::kBitsplit, Mode::kLossless})
+    for (Topology topo : {Topology::kRing, Topology::kButterfly, Topology::kTwoStep})
+      for (int n : {2, 3})
+        for (DType dt : {DType::kF32, DType::kBF16})
+          for (bool inf : {false, true}) {
+            if (inf && (mode == Mode::kNone || mode == Mode::kLossless)) continue;
+            SCOPED_TRACE(std::string(mode_name(mode)) + " " + topology_name(topo) + " n=" + std::to_string(n) + " " +
+                         dtype_name(dt) + (inf ? " with an inf" : ""));
+            CollectiveConfig cfg;
+            cfg.mode = mode;
+            cfg.topology = topo;
+            cfg.bits = mode == Mode::kBitsplit ? 3.0 : 5.0;
+            cfg.block_bytes = 4096;  // several blocks per chunk
+            auto input = make_input(n, dt, numel);
+            if (inf) {
+              const float v = std::numeric_limits<float>::infinity();
+              if (dt == DType::kF32) std::memcpy(input[1].data() + 4 * 77, &v, 4);
+              else {
+                const uint16_t h = f32_to_bf16(v);
+                std::memcpy(input[1].data() + 2 * 77, &h, 2);
+              }
+            }
+            const ReduceOp op = n == 3 ? ReduceOp::kMean : ReduceOp::kSum;
+            std::vector<std::vector<uint8_t>> host = input, dev_out(static_cast<size_t>(n));
+            std::vector<CallStats> hs(static_cast<size_t>(n)), ds(static_cast<size_t>(n));
+            {
+              InprocWorld world(n, std::chrono::seconds(120));
+              world.run([&](int r, Transport& tr) {
+                CallArgs a;
+                a.data = host[size_t(r)].data();
+                a.dtype = dt;
+                a.numel = numel;
+                a.op = op;
+                a.seq = 3;
+                hs[size_t(r)] = all_reduce(tr, cfg, a);
+              });
+            }
+            {
+              InprocWorld world(n, std::chrono::seconds(120), &cuda::device().memory());
+              world.run([&](int r, Transport& tr) {
+                const auto& x = input[size_t(r)];
+                void* d = nullptr;
+                ASSERT_EQ(cudaMalloc(&d, x.size()), cudaSuccess);
+                ASSERT_EQ(cudaMemcpy(d, x.data(), x.size(), cudaMemcpyHostToDevice), cudaSuccess);
+                CallArgs a;
+                a.data = d;
+                a.dtype = dt;
+                a.numel = numel;
+                a.op = op;
+                a.seq = 3;
+                a.device = &cuda::device();
+                ds[size_t(r)] = all_reduce(tr, cfg, a);
+                dev_out[size_t(r)].resize(x.size());
+                ASSERT_EQ(cudaMemcpy(dev_out[size_t(r)].data(), d, x.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+                cudaFree(d);
+              });
+            }
+            EXPECT_EQ(hs[0].path, inf ? Path::kExactNonfinite : mode == Mode::kNone ? Path::kExactMode : Path::kCompressed);
+            for (int r = 0; r < n; ++r) {
+              EXPECT_EQ(dev_out[size_t(r)], host[size_t(r)]) << "rank " << r;
+              EXPECT_EQ(ds[size_t(r)].path, hs[size_t(r)].path) << "rank " << r;
+              EXPECT_EQ(ds[size_t(r)].bytes_sent, hs[size_t(r)].bytes_sent) << "rank " << r;
+              EXPECT_EQ(ds[size_t(r)].meta_bytes_sent, hs[size_t(r)].meta_bytes_sent) << "rank " << r;
+              EXPECT_EQ(ds[size_t(r)].bits_per_coord, hs[size_t(r)].bits_per_coord) << "rank " << r;
+            }
+          }
 }
 
 // Malformed input raises MalformedMessage from the CUDA codecs as from the CPU

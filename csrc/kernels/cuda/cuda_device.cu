@@ -1,0 +1,100 @@
+// cuda::device(): see cuda_device.h.
+#include "cuda_device.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <string>
+
+#include "../float_bits.h"
+#include "bitsplit_cuda_codec.h"
+#include "cuda_memory.h"
+#include "dynamiq_cuda_codec.h"
+#include "dynamiq_kernels.h"
+#include "identity_cuda_codec.h"
+#include "launch.h"
+#include "lossless_cuda_codec.h"
+
+namespace dynamiq {
+namespace cuda {
+namespace {
+
+void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw Error(std::string("cuda device: ") + what + ": " + cudaGetErrorString(e));
+}
+
+// A device allocation freed on scope exit.
+struct DeviceBuffer {
+  void* p = nullptr;
+  explicit DeviceBuffer(size_t bytes) : p(device_memory().allocate(bytes)) {}
+  ~DeviceBuffer() { device_memory().release(p); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+};
+
+// *flag |= 1 if any value is inf or nan (all exponent bits set).
+__global__ void nonfinite_kernel(const void* data, DType dt, int64_t n, uint32_t* flag) {
+  uint32_t bad = 0;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    if (dt == DType::kF32)
+      bad |= (static_cast<const uint32_t*>(data)[i] & 0x7f800000u) == 0x7f800000u ? 1u : 0u;
+    else if (dt == DType::kBF16)
+      bad |= (static_cast<const uint16_t*>(data)[i] & 0x7f80u) == 0x7f80u ? 1u : 0u;
+    else
+      bad |= (static_cast<const uint16_t*>(data)[i] & 0x7c00u) == 0x7c00u ? 1u : 0u;
+  }
+  if (bad) atomicOr(flag, 1u);
+}
+
+class CudaDevice final : public Device {
+ public:
+  std::string name() const override { return "cuda"; }
+  const Memory& memory() const override { return device_memory(); }
+
+  bool dynamiq_stats(const void* data, DType dtype, int64_t numel, int32_t S, float* host_stats) const override {
+    if (numel <= 0) return false;
+    const int64_t units = ceil_div<int64_t>(numel, S);
+    DeviceBuffer st(size_t(2 * units) * sizeof(float)), flag(sizeof(uint32_t));
+    check(cudaMemset(flag.p, 0, sizeof(uint32_t)), "statistics");
+    check(cudaError_t(stats(data, dtype, numel, S, static_cast<float*>(st.p), static_cast<uint32_t*>(flag.p),
+                            nullptr)),
+          "statistics");
+    uint32_t bad = 0;
+    check(cudaMemcpy(host_stats, st.p, size_t(2 * units) * sizeof(float), cudaMemcpyDeviceToHost), "statistics");
+    check(cudaMemcpy(&bad, flag.p, sizeof(bad), cudaMemcpyDeviceToHost), "statistics");
+    return bad != 0;
+  }
+
+  bool has_nonfinite(const void* data, DType dtype, int64_t numel) const override {
+    if (numel <= 0) return false;
+    DeviceBuffer flag(sizeof(uint32_t));
+    check(cudaMemset(flag.p, 0, sizeof(uint32_t)), "non-finite scan");
+    const unsigned grid = unsigned(std::min<int64_t>((numel + 255) / 256, 1024));
+    DQ_LAUNCH(nonfinite_kernel, grid, 256, 0, nullptr)(data, dtype, numel, static_cast<uint32_t*>(flag.p));
+    check(cudaGetLastError(), "non-finite scan");
+    uint32_t bad = 0;
+    check(cudaMemcpy(&bad, flag.p, sizeof(bad), cudaMemcpyDeviceToHost), "non-finite scan");
+    return bad != 0;
+  }
+
+  std::unique_ptr<Codec> identity_codec() const override { return std::make_unique<IdentityCudaCodec>(); }
+  std::unique_ptr<Codec> dynamiq_codec(const DynamiqParams& p) const override {
+    return std::make_unique<DynamiqCudaCodec>(p);
+  }
+  std::unique_ptr<Codec> bitsplit_codec(const BitsplitParams& p) const override {
+    return std::make_unique<BitsplitCudaCodec>(p);
+  }
+  std::unique_ptr<Codec> lossless_codec(const LosslessOptions& opt) const override {
+    return std::make_unique<LosslessCudaCodec>(opt);
+  }
+};
+
+}  // namespace
+
+const Device& device() {
+  static const CudaDevice d;
+  return d;
+}
+
+}  // namespace cuda
+}  // namespace dynamiq
