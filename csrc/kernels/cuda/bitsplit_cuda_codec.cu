@@ -4,13 +4,13 @@
 #include <algorithm>
 #include <string>
 
+#include "launch.h"
+
 namespace dynamiq {
 namespace cuda {
 namespace {
 
-void check_cuda(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw Error(std::string("bitsplit cuda: ") + what + ": " + cudaGetErrorString(e));
-}
+void check_cuda(cudaError_t e, const char* what) { check(e, "bitsplit cuda", what); }
 
 // The block's local values: the bucket at element e0, or the wire-order
 // float accumulator at the block's first unit.

@@ -19,9 +19,7 @@ namespace dynamiq {
 namespace cuda {
 namespace {
 
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw Error(std::string("cuda device: ") + what + ": " + cudaGetErrorString(e));
-}
+void check(cudaError_t e, const char* what) { cuda::check(e, "cuda device", what); }
 
 // A device allocation freed on scope exit.
 struct DeviceBuffer {

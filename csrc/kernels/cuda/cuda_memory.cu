@@ -5,14 +5,14 @@
 
 #include <string>
 
+#include "launch.h"
+
 namespace dynamiq {
 namespace cuda {
 namespace {
 
 void check(cudaError_t e, const char* what, size_t bytes) {
-  if (e != cudaSuccess)
-    throw Error(std::string("cuda memory: ") + what + " of " + std::to_string(bytes) + " bytes: " +
-                cudaGetErrorString(e));
+  cuda::check(e, "cuda memory", std::string(what) + " of " + std::to_string(bytes) + " bytes");
 }
 
 class DeviceMemory final : public Memory {

@@ -5,13 +5,13 @@
 
 #include <string>
 
+#include "launch.h"
+
 namespace dynamiq {
 namespace cuda {
 namespace {
 
-void check_cuda(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw Error(std::string("dynamiq cuda: ") + what + ": " + cudaGetErrorString(e));
-}
+void check_cuda(cudaError_t e, const char* what) { check(e, "dynamiq cuda", what); }
 
 template <typename T>
 void upload(T*& dev, const std::vector<T>& host) {

@@ -71,7 +71,7 @@ const void* local_at(const Local& x, const Plan& plan, int64_t e0, bool& is_f32)
 
 void IdentityCudaCodec::finish(cudaError_t e, const char* what) const {
   if (e == cudaSuccess && sync_) e = cudaStreamSynchronize(stream_);
-  if (e != cudaSuccess) throw Error(std::string("identity cuda: ") + what + ": " + cudaGetErrorString(e));
+  check(e, "identity cuda", what);
 }
 
 size_t IdentityCudaCodec::compress(const Local& x, const Plan& plan, const Block& b, const RngCtx&,

@@ -1,4 +1,4 @@
-// Kernel launches and dynamic shared memory, spelled so that the same sources
+// CUDA error checks, kernel launches and dynamic shared memory, spelled so that the same sources
 // build with nvcc and, for the GPU tests on machines without a GPU, with the
 // host compiler against the CPU emulation of the runtime (tests/cpp/cuda_emu).
 //   DQ_LAUNCH(kernel, grid, block, smem, stream)(args...)  ==  kernel<<<grid, block, smem, stream>>>(args...)
@@ -6,6 +6,10 @@
 #pragma once
 
 #include <cuda_runtime.h>
+
+#include <string>
+
+#include "../common.h"
 
 #if defined(DYNAMIQ_CUDA_EMULATION)
 #define DQ_LAUNCH(kernel, grid, block, smem, stream) \
@@ -17,3 +21,14 @@
   extern __shared__ __align__(16) unsigned char smem_[]; \
   unsigned char* name = smem_
 #endif
+
+namespace dynamiq {
+namespace cuda {
+
+// Throws Error("<who>: <what>: <CUDA's message>") unless e is cudaSuccess.
+inline void check(cudaError_t e, const char* who, const std::string& what) {
+  if (e != cudaSuccess) throw Error(std::string(who) + ": " + what + ": " + cudaGetErrorString(e));
+}
+
+}  // namespace cuda
+}  // namespace dynamiq

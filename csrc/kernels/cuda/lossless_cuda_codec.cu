@@ -4,15 +4,15 @@
 #include <algorithm>
 #include <string>
 
+#include "launch.h"
+
 namespace dynamiq {
 namespace cuda {
 namespace {
 
-enum Scratch : int { kExps = 0, kRaw = 1, kSum = 2, kHist = 3 };
+void check_cuda(cudaError_t e, const char* what) { check(e, "lossless cuda", what); }
 
-void check_cuda(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw Error(std::string("lossless cuda: ") + what + ": " + cudaGetErrorString(e));
-}
+enum Scratch : int { kExps = 0, kRaw = 1, kSum = 2, kHist = 3 };
 
 int64_t count_of(const Plan& plan, const Block& b) {
   const int64_t e1 = std::min(b.w1 * plan.unit, plan.numel);

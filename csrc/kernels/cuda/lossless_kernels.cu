@@ -13,10 +13,7 @@ namespace {
 
 using namespace lossless;
 
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess)
-    throw Error(std::string("lossless CUDA: ") + what + ": " + cudaGetErrorString(e));
-}
+void check(cudaError_t e, const char* what) { cuda::check(e, "lossless CUDA", what); }
 
 // A device allocation freed on scope exit (launchers are not hot-path tuned:
 // temporaries are small per-segment arrays and tables).
