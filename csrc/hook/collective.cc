@@ -121,9 +121,23 @@ ExecStats run_exact(Transport& tr, Topology topo, void* data, DType dtype, int64
 }  // namespace
 
 void all_reduce_exact_f32(Transport& tr, Topology topo, float* data, int64_t count,
-                          int64_t block_bytes, int64_t window_bytes, int64_t* bytes_sent) {
-  ExecStats es = run_exact(tr, topo, data, DType::kF32, count, ReduceOp::kSum, block_bytes,
-                           window_bytes, nullptr);
+                          int64_t block_bytes, int64_t window_bytes, int64_t* bytes_sent,
+                          const Device* device) {
+  if (!device) {
+    ExecStats es = run_exact(tr, topo, data, DType::kF32, count, ReduceOp::kSum, block_bytes,
+                             window_bytes, nullptr);
+    if (bytes_sent) *bytes_sent += es.bytes_sent;
+    return;
+  }
+  // staged through the device's memory (a GPU transport sends device buffers)
+  const Memory& mem = device->memory();
+  const size_t bytes = size_t(count) * sizeof(float);
+  auto release = [&mem](void* p) { mem.release(p); };
+  std::unique_ptr<void, decltype(release)> d(mem.allocate(bytes), release);
+  mem.from_host(d.get(), data, bytes);
+  ExecStats es = run_exact(tr, topo, d.get(), DType::kF32, count, ReduceOp::kSum, block_bytes,
+                           window_bytes, nullptr, device);
+  mem.to_host(data, d.get(), bytes);
   if (bytes_sent) *bytes_sent += es.bytes_sent;
 }
 
@@ -190,21 +204,9 @@ CallStats all_reduce(Transport& tr, const CollectiveConfig& cfg, const CallArgs&
 
   // 3. metadata all-reduce
   t0 = Clock::now();
-  if (!stats.empty() && !a.device) {
+  if (!stats.empty())
     all_reduce_exact_f32(tr, cfg.topology, stats.data(), int64_t(stats.size()), cfg.exact_block_bytes(),
-                         cfg.window_bytes, &cs.meta_bytes_sent);
-  } else if (!stats.empty()) {
-    // through the device's memory (a GPU transport sends device buffers)
-    const Memory& mem = a.device->memory();
-    const size_t bytes = stats.size() * sizeof(float);
-    auto release = [&mem](void* p) { mem.release(p); };
-    std::unique_ptr<void, decltype(release)> d(mem.allocate(bytes), release);
-    mem.from_host(d.get(), stats.data(), bytes);
-    cs.meta_bytes_sent += run_exact(tr, cfg.topology, d.get(), DType::kF32, int64_t(stats.size()), ReduceOp::kSum,
-                                    cfg.exact_block_bytes(), cfg.window_bytes, nullptr, a.device)
-                              .bytes_sent;
-    mem.to_host(stats.data(), d.get(), bytes);
-  }
+                         cfg.window_bytes, &cs.meta_bytes_sent, a.device);
   cs.t_meta = secs(t0, Clock::now());
 
   // 4. plan, blocks, schedule

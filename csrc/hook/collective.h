@@ -72,9 +72,12 @@ struct CallStats {
 // every rank for config disagreement and reported input errors).
 CallStats all_reduce(Transport& tr, const CollectiveConfig& cfg, const CallArgs& args);
 
-// The sum of a float32 vector over ranks with the identity codec: exact
-// float32 ring/butterfly/two-step sums, bit-identical on every rank.
+// The sum of a float32 vector in host memory over ranks with the identity
+// codec (the metadata all-reduce): exact float32 ring/butterfly/two-step sums,
+// bit-identical on every rank. With a device, staged through a buffer in its
+// memory and summed there.
 void all_reduce_exact_f32(Transport& tr, Topology topo, float* data, int64_t count,
-                          int64_t block_bytes, int64_t window_bytes, int64_t* bytes_sent);
+                          int64_t block_bytes, int64_t window_bytes, int64_t* bytes_sent,
+                          const Device* device = nullptr);
 
 }  // namespace dynamiq

@@ -15,17 +15,17 @@ double secs(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
 
-// Reusable byte buffers. Block messages are all about the same size, and a
-// fresh allocation per message costs an mmap, page faults and munmap (on a
-// 16 MB fp32 bucket that was slower than the transfer itself), so buffers
-// live in a per-thread pool per Memory that persists across collectives (each
-// group's collectives run on one worker thread). Memory is not zero-filled.
 // Frees a pool buffer into the Memory it came from.
 struct ReleaseTo {
   const Memory* memory = nullptr;
   void operator()(uint8_t* p) const { memory->release(p); }
 };
 
+// Reusable byte buffers. Block messages are all about the same size, and a
+// fresh allocation per message costs an mmap, page faults and munmap (on a
+// 16 MB fp32 bucket that was slower than the transfer itself), so buffers
+// live in a per-thread pool per Memory that persists across collectives (each
+// group's collectives run on one worker thread). Memory is not zero-filled.
 class BufferPool {
  public:
   struct Buf {
