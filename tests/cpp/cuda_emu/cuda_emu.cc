@@ -1,6 +1,6 @@
 // The CPU stand-in for the CUDA runtime declared in cuda_runtime.h (see there
-// for what it models). Single-threaded by design: one launch at a time, the
-// threads of a block as fibers.
+// for what it models). One launch at a time (a lock serialises host threads),
+// the threads of a block as fibers on the launching thread.
 #include "cuda_runtime.h"
 
 #include <sys/mman.h>
@@ -10,7 +10,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <iterator>
 #include <map>
 #include <vector>
 
