@@ -1,5 +1,6 @@
 #include "inproc_transport.h"
 
+#include <algorithm>
 #include <cstring>
 #include <exception>
 #include <thread>
@@ -22,6 +23,59 @@ void InprocWorld::fail(int rank, const std::string& why) {
     failure_ = "rank " + std::to_string(rank) + ": " + why;
   }
   cv_.notify_all();
+}
+
+void InprocWorld::record(int rank, int peer, bool send, size_t bytes, uint64_t group) {
+  std::lock_guard<std::mutex> lk(mu_);
+  posted_[{rank, peer}].push_back(Posted{send, bytes, group});
+}
+
+std::vector<std::string> InprocWorld::nccl_order_violations() const {
+  // A unit: one operation outside a group, or the operations of one group; as
+  // a sorted list of (is send, bytes) seen from the poster.
+  using Unit = std::vector<std::pair<bool, size_t>>;
+  auto units = [&](int a, int b) {
+    std::vector<Unit> u;
+    auto it = posted_.find({a, b});
+    if (it == posted_.end()) return u;
+    uint64_t open = 0;
+    for (const Posted& p : it->second) {
+      if (p.group == 0 || p.group != open) u.emplace_back();
+      u.back().emplace_back(p.send, p.bytes);
+      open = p.group;
+    }
+    for (Unit& x : u) std::sort(x.begin(), x.end());
+    return u;
+  };
+  auto describe = [](const Unit& x) {
+    std::string d;
+    for (const auto& op : x)
+      d += (d.empty() ? "" : " + ") + std::string(op.first ? "send" : "receive") + " of " +
+           std::to_string(op.second) + " bytes";
+    return d.empty() ? std::string("nothing") : d;
+  };
+  std::vector<std::string> out;
+  std::lock_guard<std::mutex> lk(mu_);
+  for (int a = 0; a < size_; ++a)
+    for (int b = a + 1; b < size_; ++b) {
+      const std::vector<Unit> ua = units(a, b), ub = units(b, a);
+      for (size_t k = 0; k < std::max(ua.size(), ub.size()); ++k) {
+        Unit flipped;  // b's unit as a would have to post it
+        if (k < ub.size())
+          for (const auto& op : ub[k]) flipped.emplace_back(!op.first, op.second);
+        std::sort(flipped.begin(), flipped.end());
+        const Unit none;
+        const Unit& mine = k < ua.size() ? ua[k] : none;
+        if (mine != flipped) {
+          out.push_back("ranks " + std::to_string(a) + " and " + std::to_string(b) + ", operation " +
+                        std::to_string(k) + " between them: rank " + std::to_string(a) + " posts " +
+                        describe(mine) + ", rank " + std::to_string(b) + " posts " +
+                        describe(k < ub.size() ? ub[k] : none));
+          break;
+        }
+      }
+    }
+  return out;
 }
 
 void InprocWorld::post(int src, int dst, uint32_t tag, const void* data, size_t bytes) {
@@ -152,17 +206,27 @@ class DoneRequest final : public Request {
 }  // namespace
 
 std::unique_ptr<Request> InprocTransport::irecv(void* buf, size_t bytes, int src, uint32_t tag) {
+  world_.record(rank_, src, false, bytes, group_);
   return std::make_unique<InprocRecv>(world_, src, rank_, tag, buf, bytes);
 }
 
 std::unique_ptr<Request> InprocTransport::isend(const void* buf, size_t bytes, int dst,
                                                 uint32_t tag) {
+  world_.record(rank_, dst, true, bytes, group_);
   world_.post(rank_, dst, tag, buf, bytes);
   return std::make_unique<DoneRequest>();
 }
 
 void InprocTransport::allreduce_sum_i64(int64_t* data, size_t count) {
   world_.allreduce(rank_, data, count);
+}
+
+void InprocTransport::group_start() {
+  if (group_depth_++ == 0) group_ = ++next_group_;
+}
+
+void InprocTransport::group_end() {
+  if (group_depth_ > 0 && --group_depth_ == 0) group_ = 0;
 }
 
 }  // namespace dynamiq

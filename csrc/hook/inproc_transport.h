@@ -36,7 +36,20 @@ class InprocWorld {
   // Marks the world failed: blocked receives and reductions raise.
   void fail(int rank, const std::string& why);
 
+  // NCCL's ordering rule, checked on what the ranks posted (call after run):
+  // ProcessGroupNCCL runs all point-to-point operations between two ranks on
+  // one communicator and stream, in posting order, so the k-th operation rank
+  // a posts towards b must be a send when b's k-th towards a is a receive (and
+  // the other way round) of the same size; operations posted inside one
+  // group_start/group_end count as one unit matched as a whole. Two sends or two
+  // receives facing each other would wait for ever on NCCL (Gloo buffers and
+  // does not mind). Returns one line per pair of ranks that breaks the rule
+  // (its first offending position), empty when every pair follows it.
+  std::vector<std::string> nccl_order_violations() const;
+
   // -- used by InprocTransport --
+  // Records a posted operation for nccl_order_violations (group 0: none).
+  void record(int rank, int peer, bool send, size_t bytes, uint64_t group);
   void post(int src, int dst, uint32_t tag, const void* data, size_t bytes);
   void take(int src, int dst, uint32_t tag, void* data, size_t bytes);
   void allreduce(int rank, int64_t* data, size_t count);
@@ -48,7 +61,7 @@ class InprocWorld {
   const int size_;
   const std::chrono::milliseconds timeout_;
   const Memory& memory_;
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::condition_variable cv_;
   std::map<Key, std::deque<std::vector<uint8_t>>> mail_;
   bool failed_ = false;
@@ -58,6 +71,13 @@ class InprocWorld {
   int ar_arrived_ = 0;
   std::vector<int64_t> ar_sum_;
   std::vector<int64_t> ar_result_;
+  // posted operations per (rank, peer), for nccl_order_violations
+  struct Posted {
+    bool send;
+    size_t bytes;
+    uint64_t group;
+  };
+  std::map<std::pair<int, int>, std::vector<Posted>> posted_;
 };
 
 class InprocTransport final : public Transport {
@@ -68,10 +88,15 @@ class InprocTransport final : public Transport {
   std::unique_ptr<Request> irecv(void* buf, size_t bytes, int src, uint32_t tag) override;
   std::unique_ptr<Request> isend(const void* buf, size_t bytes, int dst, uint32_t tag) override;
   void allreduce_sum_i64(int64_t* data, size_t count) override;
+  void group_start() override;
+  void group_end() override;
 
  private:
   InprocWorld& world_;
   const int rank_;
+  int group_depth_ = 0;
+  uint64_t group_ = 0;        // current group id (0: outside any group)
+  uint64_t next_group_ = 0;
 };
 
 }  // namespace dynamiq
