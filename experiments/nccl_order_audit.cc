@@ -3,11 +3,14 @@
 // the k-th operation between two ranks must be a send on one side and a
 // receive of the same size on the other, a group counting as one unit). Runs
 // the whole collective driver (metadata all-reduce included) over the
-// in-process transport for every mode, topology and 2-5 ranks, and prints a
+// in-process transport for every mode, topology and 2-5 ranks, with the
+// executor's default posting (receives posted ahead) and with the posting it
+// uses on a pairwise-ordered transport (as NCCL's will be), and prints a
 // markdown table.
 //   build/bench/nccl_order_audit
 #include <cstdio>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "hook/collective.h"
@@ -17,7 +20,7 @@ using namespace dynamiq;
 
 int main() {
   const int64_t numel = 256 * 64 + 11;
-  std::printf("| mode | topology | ranks | pairs breaking the rule | first offence |\n|---|---|---:|---:|---|\n");
+  std::printf("| mode | topology | ranks | pairs breaking it, default posting | pairs breaking it, pairwise posting | first offence (pairwise posting, else default) |\n|---|---|---:|---:|---:|---|\n");
   for (Mode mode : {Mode::kNone, Mode::kDynamiq, Mode::kBitsplit, Mode::kLossless})
     for (Topology topo : {Topology::kRing, Topology::kButterfly, Topology::kTwoStep})
       for (int n : {2, 3, 4, 5}) {
@@ -31,17 +34,24 @@ int main() {
         std::normal_distribution<float> nd(0.0f, 1.0f);
         for (auto& v : x)
           for (auto& e : v) e = nd(g);
-        InprocWorld world(n, std::chrono::seconds(60));
-        world.run([&](int r, Transport& tr) {
-          CallArgs a;
-          a.data = x[size_t(r)].data();
-          a.numel = numel;
-          a.seq = 1;
-          all_reduce(tr, cfg, a);
-        });
-        const auto v = world.nccl_order_violations();
-        std::printf("| %s | %s | %d | %zu of %d | %s |\n", mode_name(mode), topology_name(topo), n, v.size(),
-                    n * (n - 1) / 2, v.empty() ? "" : v[0].c_str());
+        std::vector<std::string> v[2];
+        for (int pairwise = 0; pairwise < 2; ++pairwise) {
+          std::vector<std::vector<float>> y = x;
+          InprocWorld world(n, std::chrono::seconds(60));
+          world.set_pairwise_ordered(pairwise == 1);
+          world.run([&](int r, Transport& tr) {
+            CallArgs a;
+            a.data = y[size_t(r)].data();
+            a.numel = numel;
+            a.seq = 1;
+            all_reduce(tr, cfg, a);
+          });
+          v[pairwise] = world.nccl_order_violations();
+        }
+        const int pairs = n * (n - 1) / 2;
+        const std::string first = !v[1].empty() ? v[1][0] : !v[0].empty() ? v[0][0] : "";
+        std::printf("| %s | %s | %d | %zu of %d | %zu of %d | %s |\n", mode_name(mode), topology_name(topo), n,
+                    v[0].size(), pairs, v[1].size(), pairs, first.c_str());
       }
   return 0;
 }

@@ -182,27 +182,93 @@ void execute(Transport& tr, const Codec& codec, const Plan& plan, const BlockTab
   };
   auto kernel_timer = [&](auto&& fn) { timed(st.t_kernel, fn); };
   auto wait_timer = [&](Request& r) { timed(st.t_wait, [&] { r.wait(); }); };
+  // Pairwise-ordered transports (NCCL: one stream per pair of ranks, run in
+  // posting order) get receives in program order only, and a send followed in
+  // the program by a receive from the same peer is posted with it in one group,
+  // so both ranks of a pair post complementary operations (InprocWorld's
+  // nccl_order_violations checks it). Other transports post receives ahead.
+  const bool pairwise = tr.pairwise_ordered();
+  auto post_recv_at = [&](size_t idx) {
+    const Op& op = prog.ops[idx];
+    const Block& b = bt.blocks[size_t(op.block)];
+    const size_t sb = codec.static_bytes(plan, b);
+    // Final bytes that are the result itself go straight into the bucket. Safe
+    // to post early: they can only arrive after this rank's own contribution
+    // to the block (read from that same memory) has been delivered.
+    uint8_t* view = op.role == Role::kRecvFinal ? codec.output_view(args.out, plan, b) : nullptr;
+    auto buf = view ? BufferPool::view(view, 0) : pool->get(codec.max_message_bytes(plan, b));
+    PostedRecv pr;
+    pr.op = idx;
+    pr.static_bytes = sb;
+    pr.buf = buf;
+    timed(st.t_post, [&] { pr.req = tr.irecv(buf->data(), sb, op.peer, op.tag); });
+    inflight += int64_t(buf->capacity);
+    posted.push_back(std::move(pr));
+  };
+  auto post_recvs_upto = [&](size_t must_include) {
+    // Post receives in program order until the window is full, but always
+    // far enough to include op `must_include`.
+    while (next_recv < prog.ops.size()) {
+      const Op& op = prog.ops[next_recv];
+      if (!is_recv(op.role)) {
+        ++next_recv;
+        continue;
+      }
+      if (next_recv > must_include && (pairwise || inflight >= args.window_bytes)) break;
+      post_recv_at(next_recv);
+      ++next_recv;
+    }
+  };
+  // The receive to post in one group with the send of op i (pairwise only):
+  // the next op, from the same peer, when the peer's program also sends that
+  // message right before receiving this one (both would otherwise start with
+  // a send facing a send). A hand-off one way (the peer receives first) needs
+  // no group: the two ranks' orders already complement each other.
+  std::map<int, Program> peer_programs;
+  auto paired_recv = [&](size_t i) {
+    if (!pairwise || i + 1 >= prog.ops.size() || next_recv != i + 1) return false;
+    const Op& s = prog.ops[i];
+    const Op& r = prog.ops[i + 1];
+    if (!is_recv(r.role) || r.peer != s.peer) return false;
+    DQ_CHECK(args.program_of, "executor: a pairwise-ordered transport needs ExecArgs::program_of");
+    auto it = peer_programs.find(s.peer);
+    if (it == peer_programs.end()) it = peer_programs.emplace(s.peer, args.program_of(s.peer)).first;
+    const std::vector<Op>& po = it->second.ops;
+    for (size_t k = 0; k + 1 < po.size(); ++k)
+      if (is_send(po[k].role) && po[k].tag == r.tag && po[k].peer == tr.rank())
+        return is_recv(po[k + 1].role) && po[k + 1].tag == s.tag && po[k + 1].peer == tr.rank();
+    return false;
+  };
   // Blocks whose bucket memory is being sent without a copy: written only after the send completes.
   std::vector<uint8_t> zero_copy_pending(nb, 0);
-  auto post_send = [&](const Op& op, const BufferPool::Ptr& buf) {
+  auto post_send = [&](size_t i, const BufferPool::Ptr& buf) {
+    const Op& op = prog.ops[i];
     const Block& b = bt.blocks[size_t(op.block)];
     const size_t sb = codec.static_bytes(plan, b);
     DQ_CHECK(buf->size >= sb, "codec produced fewer bytes than its static part");
+    tr.group_start();
     timed(st.t_post, [&] {
-      tr.group_start();
       sends.push_back(PendingSend{tr.isend(buf->data(), sb, op.peer, op.tag), buf, -1});
       if (buf->size > sb)
         sends.push_back(PendingSend{
             tr.isend(buf->data() + sb, buf->size - sb, op.peer, op.tag | kDynamicTagBit), buf, -1});
-      tr.group_end();
     });
+    if (paired_recv(i)) post_recv_at(next_recv++);
+    tr.group_end();
     st.bytes_sent += int64_t(buf->size);
     st.messages_sent += 1;
   };
-  auto post_send_view = [&](const Op& op, const uint8_t* data) {
+  auto post_send_view = [&](size_t i, const uint8_t* data) {
+    const Op& op = prog.ops[i];
     const size_t sb = codec.static_bytes(plan, bt.blocks[size_t(op.block)]);
+    const bool paired = paired_recv(i);
+    if (paired) tr.group_start();
     timed(st.t_post,
           [&] { sends.push_back(PendingSend{tr.isend(data, sb, op.peer, op.tag), nullptr, op.block}); });
+    if (paired) {
+      post_recv_at(next_recv++);
+      tr.group_end();
+    }
     zero_copy_pending[size_t(op.block)] = 1;
     st.bytes_sent += int64_t(sb);
     st.messages_sent += 1;
@@ -228,34 +294,6 @@ void execute(Transport& tr, const Codec& codec, const Plan& plan, const BlockTab
       sends.resize(k);
     });
   };
-  auto post_recvs_upto = [&](size_t must_include) {
-    // Post receives in program order until the window is full, but always
-    // far enough to include op `must_include`.
-    while (next_recv < prog.ops.size()) {
-      const Op& op = prog.ops[next_recv];
-      if (!is_recv(op.role)) {
-        ++next_recv;
-        continue;
-      }
-      if (next_recv > must_include && inflight >= args.window_bytes) break;
-      const Block& b = bt.blocks[size_t(op.block)];
-      const size_t sb = codec.static_bytes(plan, b);
-      // Final bytes that are the result itself go straight into the bucket. Safe
-      // to post early: they can only arrive after this rank's own contribution
-      // to the block (read from that same memory) has been delivered.
-      uint8_t* view = op.role == Role::kRecvFinal ? codec.output_view(args.out, plan, b) : nullptr;
-      auto buf = view ? BufferPool::view(view, 0) : pool->get(codec.max_message_bytes(plan, b));
-      PostedRecv pr;
-      pr.op = next_recv;
-      pr.static_bytes = sb;
-      pr.buf = buf;
-      timed(st.t_post, [&] { pr.req = tr.irecv(buf->data(), sb, op.peer, op.tag); });
-      inflight += int64_t(buf->capacity);
-      posted.push_back(std::move(pr));
-      ++next_recv;
-    }
-  };
-
   try {
     for (size_t i = 0; i < prog.ops.size(); ++i) {
       const Op& op = prog.ops[i];
@@ -329,7 +367,7 @@ void execute(Transport& tr, const Codec& codec, const Plan& plan, const BlockTab
         BufferPool::Ptr buf;
         const uint8_t* view = op.role == Role::kSendLeaf ? codec.wire_view(local_of(op.block), plan, blk) : nullptr;
         if (view) {
-          post_send_view(op, view);
+          post_send_view(i, view);
         } else if (op.role == Role::kSendLeaf) {
           buf = pool->get(codec.max_message_bytes(plan, blk));
           kernel_timer([&] {
@@ -342,7 +380,7 @@ void execute(Transport& tr, const Codec& codec, const Plan& plan, const BlockTab
           buf = finals[size_t(op.block)];
           DQ_CHECK(buf, "executor: final bytes missing (schedule bug)");
         }
-        if (buf) post_send(op, buf);
+        if (buf) post_send(i, buf);
       }
       if (last_final_use[size_t(op.block)] == i) finals[size_t(op.block)].reset();
       if (sends.size() > 64) reap_sends();

@@ -46,6 +46,10 @@ class InprocWorld {
   // does not mind). Returns one line per pair of ranks that breaks the rule
   // (its first offending position), empty when every pair follows it.
   std::vector<std::string> nccl_order_violations() const;
+  // Makes the ranks' transports report pairwise_ordered() (as an NCCL
+  // transport would), so the executor posts for NCCL. Call before run().
+  void set_pairwise_ordered(bool on) { pairwise_ordered_ = on; }
+  bool pairwise_ordered() const { return pairwise_ordered_; }
 
   // -- used by InprocTransport --
   // Records a posted operation for nccl_order_violations (group 0: none).
@@ -78,6 +82,7 @@ class InprocWorld {
     uint64_t group;
   };
   std::map<std::pair<int, int>, std::vector<Posted>> posted_;
+  bool pairwise_ordered_ = false;
 };
 
 class InprocTransport final : public Transport {
@@ -90,6 +95,7 @@ class InprocTransport final : public Transport {
   void allreduce_sum_i64(int64_t* data, size_t count) override;
   void group_start() override;
   void group_end() override;
+  bool pairwise_ordered() const override { return world_.pairwise_ordered(); }
 
  private:
   InprocWorld& world_;

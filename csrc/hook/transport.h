@@ -48,6 +48,11 @@ class Transport {
   virtual void group_start() {}
   virtual void group_end() {}
 
+  // True when the backend runs all operations between two ranks in posting
+  // order on one stream (NCCL): the executor then posts in an order both ranks
+  // of every pair agree on instead of posting receives ahead.
+  virtual bool pairwise_ordered() const { return false; }
+
   // Elementwise sum of small int64 vectors over all ranks (the header
   // exchange). Integer sums are exact in any order, so every rank gets the
   // same answer from any backend.
