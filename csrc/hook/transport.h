@@ -36,10 +36,10 @@ class Transport {
   virtual int size() const = 0;
 
   // Messages between a pair of ranks are matched in posting order per tag;
-  // the driver gives every message of one collective its own tag and posts
-  // sends and receives to each peer in the same order on both sides (NCCL
-  // ignores tags and matches by order). A receive must be posted with the
-  // exact size of the message.
+  // the driver gives every message of one collective its own tag. NCCL ignores
+  // tags and runs a pair's operations in posting order: for it the executor
+  // posts differently (see pairwise_ordered). A receive must be posted with
+  // the exact size of the message.
   virtual std::unique_ptr<Request> irecv(void* buf, size_t bytes, int src, uint32_t tag) = 0;
   virtual std::unique_ptr<Request> isend(const void* buf, size_t bytes, int dst, uint32_t tag) = 0;
 
