@@ -241,20 +241,43 @@ void execute(Transport& tr, const Codec& codec, const Plan& plan, const BlockTab
   };
   // Blocks whose bucket memory is being sent without a copy: written only after the send completes.
   std::vector<uint8_t> zero_copy_pending(nb, 0);
+  // Pairwise only: the second part of a two-part message sent in an exchange,
+  // posted in one group with the receive of the peer's second part (op index of
+  // that receive -> the message), once the peer's first part told its size.
+  std::map<size_t, std::pair<Op, BufferPool::Ptr>> deferred_dynamic;
+  auto send_dynamic = [&](const Op& op, const BufferPool::Ptr& buf, size_t sb) {
+    if (buf->size > sb)
+      sends.push_back(PendingSend{
+          tr.isend(buf->data() + sb, buf->size - sb, op.peer, op.tag | kDynamicTagBit), buf, -1});
+  };
   auto post_send = [&](size_t i, const BufferPool::Ptr& buf) {
     const Op& op = prog.ops[i];
     const Block& b = bt.blocks[size_t(op.block)];
     const size_t sb = codec.static_bytes(plan, b);
     DQ_CHECK(buf->size >= sb, "codec produced fewer bytes than its static part");
-    tr.group_start();
-    timed(st.t_post, [&] {
-      sends.push_back(PendingSend{tr.isend(buf->data(), sb, op.peer, op.tag), buf, -1});
-      if (buf->size > sb)
-        sends.push_back(PendingSend{
-            tr.isend(buf->data() + sb, buf->size - sb, op.peer, op.tag | kDynamicTagBit), buf, -1});
-    });
-    if (paired_recv(i)) post_recv_at(next_recv++);
-    tr.group_end();
+    const bool paired = paired_recv(i);
+    if (!pairwise) {
+      // both parts in one group (Gloo: no constraint)
+      tr.group_start();
+      timed(st.t_post, [&] {
+        sends.push_back(PendingSend{tr.isend(buf->data(), sb, op.peer, op.tag), buf, -1});
+        send_dynamic(op, buf, sb);
+      });
+      tr.group_end();
+    } else if (!paired) {
+      // one way: the parts one after the other, as the receiver posts them
+      timed(st.t_post, [&] {
+        sends.push_back(PendingSend{tr.isend(buf->data(), sb, op.peer, op.tag), buf, -1});
+        send_dynamic(op, buf, sb);
+      });
+    } else {
+      // an exchange: first parts together now, second parts together later
+      tr.group_start();
+      timed(st.t_post, [&] { sends.push_back(PendingSend{tr.isend(buf->data(), sb, op.peer, op.tag), buf, -1}); });
+      deferred_dynamic.emplace(next_recv, std::make_pair(op, buf));
+      post_recv_at(next_recv++);
+      tr.group_end();
+    }
     st.bytes_sent += int64_t(buf->size);
     st.messages_sent += 1;
   };
@@ -306,11 +329,23 @@ void execute(Transport& tr, const Codec& codec, const Plan& plan, const BlockTab
         wait_timer(*pr.req);
         size_t total = pr.static_bytes;
         const size_t dyn = codec.dynamic_bytes(pr.buf->data(), plan, blk);
-        if (dyn > 0) {
-          if (dyn > codec.max_dynamic_bytes(plan, blk))
-            throw MalformedMessage(codec.name() + ": dynamic part larger than its bound");
-          auto req = tr.irecv(pr.buf->data() + total, dyn, op.peer, op.tag | kDynamicTagBit);
-          wait_timer(*req);
+        if (dyn > codec.max_dynamic_bytes(plan, blk))
+          throw MalformedMessage(codec.name() + ": dynamic part larger than its bound");
+        auto deferred = deferred_dynamic.find(i);
+        const bool exchange = deferred != deferred_dynamic.end();
+        if (exchange) tr.group_start();  // our second part with the peer's
+        if (exchange) {
+          const Op& sop = deferred->second.first;
+          send_dynamic(sop, deferred->second.second, codec.static_bytes(plan, bt.blocks[size_t(sop.block)]));
+        }
+        std::unique_ptr<Request> dreq;
+        if (dyn > 0) dreq = tr.irecv(pr.buf->data() + total, dyn, op.peer, op.tag | kDynamicTagBit);
+        if (exchange) {
+          tr.group_end();
+          deferred_dynamic.erase(deferred);
+        }
+        if (dreq) {
+          wait_timer(*dreq);
           total += dyn;
         }
         pr.buf->size = total;

@@ -251,7 +251,7 @@ TEST(CudaCollective, LosslessSameResultsAndBytesAsTheCpuCodecOnEveryRank) {
 // (CallArgs::device) and operations posted as for NCCL (pairwise-ordered),
 // against the same call on the host with the default posting: every mode,
 // topology, n = 2 and 3, fp32/bf16, sum/mean, and a bucket with an inf (the
-// exact path). Every pair's operations follow NCCL's order (but lossless's).
+// exact path). Every pair's operations follow NCCL's order.
 TEST(CudaCollective, TheDriverOnTheDeviceEqualsTheHostInEveryMode) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
   const int64_t numel = 256 * 40 + 5;
@@ -313,10 +313,8 @@ TEST(CudaCollective, TheDriverOnTheDeviceEqualsTheHostInEveryMode) {
                 ASSERT_EQ(cudaMemcpy(dev_out[size_t(r)].data(), d, x.size(), cudaMemcpyDeviceToHost), cudaSuccess);
                 cudaFree(d);
               });
-              if (mode != Mode::kLossless) {  // lossless's two-part messages: results/nccl_order.md
-                const auto v = world.nccl_order_violations();
-                EXPECT_TRUE(v.empty()) << v[0];
-              }
+              const auto v = world.nccl_order_violations();
+              EXPECT_TRUE(v.empty()) << v[0];
             }
             EXPECT_EQ(hs[0].path, inf ? Path::kExactNonfinite : mode == Mode::kNone ? Path::kExactMode : Path::kCompressed);
             for (int r = 0; r < n; ++r) {
