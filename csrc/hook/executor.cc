@@ -255,21 +255,15 @@ void execute(Transport& tr, const Codec& codec, const Plan& plan, const BlockTab
     const Block& b = bt.blocks[size_t(op.block)];
     const size_t sb = codec.static_bytes(plan, b);
     DQ_CHECK(buf->size >= sb, "codec produced fewer bytes than its static part");
-    const bool paired = paired_recv(i);
-    if (!pairwise) {
-      // both parts in one group (Gloo: no constraint)
-      tr.group_start();
+    if (!paired_recv(i)) {
+      // both parts now: in one group (Gloo: no constraint), or on a pairwise
+      // transport one after the other, as the receiver posts them
+      if (!pairwise) tr.group_start();
       timed(st.t_post, [&] {
         sends.push_back(PendingSend{tr.isend(buf->data(), sb, op.peer, op.tag), buf, -1});
         send_dynamic(op, buf, sb);
       });
-      tr.group_end();
-    } else if (!paired) {
-      // one way: the parts one after the other, as the receiver posts them
-      timed(st.t_post, [&] {
-        sends.push_back(PendingSend{tr.isend(buf->data(), sb, op.peer, op.tag), buf, -1});
-        send_dynamic(op, buf, sb);
-      });
+      if (!pairwise) tr.group_end();
     } else {
       // an exchange: first parts together now, second parts together later
       tr.group_start();
@@ -333,8 +327,8 @@ void execute(Transport& tr, const Codec& codec, const Plan& plan, const BlockTab
           throw MalformedMessage(codec.name() + ": dynamic part larger than its bound");
         auto deferred = deferred_dynamic.find(i);
         const bool exchange = deferred != deferred_dynamic.end();
-        if (exchange) tr.group_start();  // our second part with the peer's
-        if (exchange) {
+        if (exchange) {  // our second part in one group with the peer's
+          tr.group_start();
           const Op& sop = deferred->second.first;
           send_dynamic(sop, deferred->second.second, codec.static_bytes(plan, bt.blocks[size_t(sop.block)]));
         }
