@@ -1,12 +1,16 @@
-// Audit for the NCCL binding: which collectives post their point-to-point
-// operations in an order NCCL can run (InprocWorld::nccl_order_violations:
-// the k-th operation between two ranks must be a send on one side and a
-// receive of the same size on the other, a group counting as one unit). Runs
-// the whole collective driver (metadata all-reduce included) over the
-// in-process transport for every mode, topology and 2-5 ranks, with the
-// executor's default posting (receives posted ahead) and with the posting it
-// uses on a pairwise-ordered transport (as NCCL's will be), and prints a
-// markdown table.
+// Audit for the NCCL binding: whether the collectives post their
+// point-to-point operations in an order NCCL can run, under both of the ways
+// ProcessGroupNCCL orders them: one stream per pair of ranks
+// (InprocWorld::nccl_order_violations: the k-th operation between two ranks
+// must be a send on one side and a receive of the same size on the other, a
+// group counting as one unit) and one stream per rank
+// (InprocWorld::nccl_stream_deadlock: grouped operations, or every operation
+// of an eagerly initialised group in newer torch). Runs the whole collective
+// driver (metadata all-reduce included) over the in-process transport for
+// every mode, topology and 2-5 ranks, with the executor's default posting
+// (receives posted ahead) and with the posting it uses on a transport that
+// matches in posting order (posts_in_order, as NCCL's), and prints a markdown
+// table.
 //   build/bench/nccl_order_audit
 #include <cstdio>
 #include <random>
@@ -20,7 +24,7 @@ using namespace dynamiq;
 
 int main() {
   const int64_t numel = 256 * 64 + 11;
-  std::printf("| mode | topology | ranks | pairs breaking it, default posting | pairs breaking it, pairwise posting | first offence (pairwise posting, else default) |\n|---|---|---:|---:|---:|---|\n");
+  std::printf("| mode | topology | ranks | pairs breaking it, default posting | pairs breaking it, ordered posting | first offence (ordered posting, else default) | one stream per rank, default posting | one stream per rank, ordered posting |\n|---|---|---:|---:|---:|---|---|---|\n");
   for (Mode mode : {Mode::kNone, Mode::kDynamiq, Mode::kBitsplit, Mode::kLossless})
     for (Topology topo : {Topology::kRing, Topology::kButterfly, Topology::kTwoStep})
       for (int n : {2, 3, 4, 5}) {
@@ -35,10 +39,11 @@ int main() {
         for (auto& v : x)
           for (auto& e : v) e = nd(g);
         std::vector<std::string> v[2];
-        for (int pairwise = 0; pairwise < 2; ++pairwise) {
+        std::string dead[2];
+        for (int ordered = 0; ordered < 2; ++ordered) {
           std::vector<std::vector<float>> y = x;
           InprocWorld world(n, std::chrono::seconds(60));
-          world.set_pairwise_ordered(pairwise == 1);
+          world.set_posts_in_order(ordered == 1);
           world.run([&](int r, Transport& tr) {
             CallArgs a;
             a.data = y[size_t(r)].data();
@@ -46,12 +51,14 @@ int main() {
             a.seq = 1;
             all_reduce(tr, cfg, a);
           });
-          v[pairwise] = world.nccl_order_violations();
+          v[ordered] = world.nccl_order_violations();
+          dead[ordered] = world.nccl_stream_deadlock();
         }
         const int pairs = n * (n - 1) / 2;
         const std::string first = !v[1].empty() ? v[1][0] : !v[0].empty() ? v[0][0] : "";
-        std::printf("| %s | %s | %d | %zu of %d | %zu of %d | %s |\n", mode_name(mode), topology_name(topo), n,
-                    v[0].size(), pairs, v[1].size(), pairs, first.c_str());
+        std::printf("| %s | %s | %d | %zu of %d | %zu of %d | %s | %s | %s |\n", mode_name(mode), topology_name(topo), n,
+                    v[0].size(), pairs, v[1].size(), pairs, first.c_str(), dead[0].empty() ? "runs" : "blocks",
+                    dead[1].empty() ? "runs" : dead[1].c_str());
       }
   return 0;
 }

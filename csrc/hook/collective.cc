@@ -108,7 +108,6 @@ ExecStats run_exact(Transport& tr, Topology topo, void* data, DType dtype, int64
   ea.out.divisor = op == ReduceOp::kMean ? float(n) : 1.0f;
   ea.window_bytes = window_bytes;
   ea.memory = device ? &device->memory() : nullptr;
-  ea.program_of = [&](int r) { return make_program(topo, r, n, bt); };
   ExecStats es;
   execute(tr, codec, plan, bt, prog, ea, es);
   if (cs) {
@@ -240,7 +239,6 @@ CallStats all_reduce(Transport& tr, const CollectiveConfig& cfg, const CallArgs&
   ea.rng.correlated = cfg.correlated;
   ea.rng.stochastic = cfg.stochastic;
   ea.memory = a.device ? &a.device->memory() : nullptr;
-  ea.program_of = [&](int r) { return make_program(cfg.topology, r, n, bt); };
   const std::unique_ptr<Codec> device_codec = a.device ? scheme->device_codec(*a.device) : nullptr;
   ExecStats es;
   execute(tr, a.device ? *device_codec : scheme->codec(), plan, bt, prog, ea, es);

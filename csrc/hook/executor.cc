@@ -182,12 +182,13 @@ void execute(Transport& tr, const Codec& codec, const Plan& plan, const BlockTab
   };
   auto kernel_timer = [&](auto&& fn) { timed(st.t_kernel, fn); };
   auto wait_timer = [&](Request& r) { timed(st.t_wait, [&] { r.wait(); }); };
-  // Pairwise-ordered transports (NCCL: one stream per pair of ranks, run in
-  // posting order) get receives in program order only, and a send followed in
-  // the program by a receive from the same peer is posted with it in one group,
-  // so both ranks of a pair post complementary operations (InprocWorld's
-  // nccl_order_violations checks it). Other transports post receives ahead.
-  const bool pairwise = tr.pairwise_ordered();
+  // Transports that run operations in posting order (NCCL: no tags; one
+  // stream per rank, or per pair of ranks) get receives in program order only
+  // and each step's send and receive in one group (see paired_recv), so the
+  // ranks' operations meet in the same order on every rank (InprocWorld's
+  // nccl_stream_deadlock and nccl_order_violations check both models). Other
+  // transports post receives ahead.
+  const bool ordered = tr.posts_in_order();
   auto post_recv_at = [&](size_t idx) {
     const Op& op = prog.ops[idx];
     const Block& b = bt.blocks[size_t(op.block)];
@@ -214,36 +215,21 @@ void execute(Transport& tr, const Codec& codec, const Plan& plan, const BlockTab
         ++next_recv;
         continue;
       }
-      if (next_recv > must_include && (pairwise || inflight >= args.window_bytes)) break;
+      if (next_recv > must_include && (ordered || inflight >= args.window_bytes)) break;
       post_recv_at(next_recv);
       ++next_recv;
     }
   };
-  // The receive to post in one group with the send of op i (pairwise only):
-  // the next op, from the same peer, when the peer's program also sends that
-  // message right before receiving this one (both would otherwise start with
-  // a send facing a send). A hand-off one way (the peer receives first) needs
-  // no group: the two ranks' orders already complement each other.
-  std::map<int, Program> peer_programs;
-  auto paired_recv = [&](size_t i) {
-    if (!pairwise || i + 1 >= prog.ops.size() || next_recv != i + 1) return false;
-    const Op& s = prog.ops[i];
-    const Op& r = prog.ops[i + 1];
-    if (!is_recv(r.role) || r.peer != s.peer) return false;
-    DQ_CHECK(args.program_of, "executor: a pairwise-ordered transport needs ExecArgs::program_of");
-    auto it = peer_programs.find(s.peer);
-    if (it == peer_programs.end()) it = peer_programs.emplace(s.peer, args.program_of(s.peer)).first;
-    const std::vector<Op>& po = it->second.ops;
-    for (size_t k = 0; k + 1 < po.size(); ++k)
-      if (is_send(po[k].role) && po[k].tag == r.tag && po[k].peer == tr.rank())
-        return is_recv(po[k + 1].role) && po[k + 1].tag == s.tag && po[k + 1].peer == tr.rank();
-    return false;
-  };
+  // The receive posted in one group with the send of op i (ordered
+  // transports): the receive of the same step (Op::with_recv), so that every
+  // rank's k-th step runs against its peers' k-th step.
+  auto paired_recv = [&](size_t i) { return ordered && prog.ops[i].with_recv && next_recv == i + 1; };
   // Blocks whose bucket memory is being sent without a copy: written only after the send completes.
   std::vector<uint8_t> zero_copy_pending(nb, 0);
-  // Pairwise only: the second part of a two-part message sent in an exchange,
-  // posted in one group with the receive of the peer's second part (op index of
-  // that receive -> the message), once the peer's first part told its size.
+  // Ordered transports only: the second part of a two-part message sent in a
+  // step that also receives, posted in one group with the receive of the
+  // incoming message's second part (op index of that receive -> the message),
+  // once the incoming first part told its size.
   std::map<size_t, std::pair<Op, BufferPool::Ptr>> deferred_dynamic;
   auto send_dynamic = [&](const Op& op, const BufferPool::Ptr& buf, size_t sb) {
     if (buf->size > sb)
@@ -256,16 +242,16 @@ void execute(Transport& tr, const Codec& codec, const Plan& plan, const BlockTab
     const size_t sb = codec.static_bytes(plan, b);
     DQ_CHECK(buf->size >= sb, "codec produced fewer bytes than its static part");
     if (!paired_recv(i)) {
-      // both parts now: in one group (Gloo: no constraint), or on a pairwise
+      // both parts now: in one group (Gloo: no constraint), or on an ordered
       // transport one after the other, as the receiver posts them
-      if (!pairwise) tr.group_start();
+      if (!ordered) tr.group_start();
       timed(st.t_post, [&] {
         sends.push_back(PendingSend{tr.isend(buf->data(), sb, op.peer, op.tag), buf, -1});
         send_dynamic(op, buf, sb);
       });
-      if (!pairwise) tr.group_end();
+      if (!ordered) tr.group_end();
     } else {
-      // an exchange: first parts together now, second parts together later
+      // a step that also receives: first parts together now, second parts together later
       tr.group_start();
       timed(st.t_post, [&] { sends.push_back(PendingSend{tr.isend(buf->data(), sb, op.peer, op.tag), buf, -1}); });
       deferred_dynamic.emplace(next_recv, std::make_pair(op, buf));
@@ -326,15 +312,15 @@ void execute(Transport& tr, const Codec& codec, const Plan& plan, const BlockTab
         if (dyn > codec.max_dynamic_bytes(plan, blk))
           throw MalformedMessage(codec.name() + ": dynamic part larger than its bound");
         auto deferred = deferred_dynamic.find(i);
-        const bool exchange = deferred != deferred_dynamic.end();
-        if (exchange) {  // our second part in one group with the peer's
+        const bool paired = deferred != deferred_dynamic.end();
+        if (paired) {  // our second part in one group with the incoming one's
           tr.group_start();
           const Op& sop = deferred->second.first;
           send_dynamic(sop, deferred->second.second, codec.static_bytes(plan, bt.blocks[size_t(sop.block)]));
         }
         std::unique_ptr<Request> dreq;
         if (dyn > 0) dreq = tr.irecv(pr.buf->data() + total, dyn, op.peer, op.tag | kDynamicTagBit);
-        if (exchange) {
+        if (paired) {
           tr.group_end();
           deferred_dynamic.erase(deferred);
         }

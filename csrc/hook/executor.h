@@ -5,8 +5,6 @@
 // runs on block k and the send of block k-1 drains.
 #pragma once
 
-#include <functional>
-
 #include "../kernels/codec.h"
 #include "schedule.h"
 #include "transport.h"
@@ -30,10 +28,6 @@ struct ExecArgs {
   // Where message buffers and the accumulator live (null: host memory); the
   // memory of the codec's pointers (a device's for the CUDA codecs).
   const Memory* memory = nullptr;
-  // Another rank's program (same topology and blocks). Needed only on
-  // pairwise-ordered transports, to tell a simultaneous exchange (both ranks
-  // send, then receive: posted as one group) from a one-way hand-off.
-  std::function<Program(int rank)> program_of;
 };
 
 // Tag bit marking the dynamic part of a two-part message.

@@ -1,6 +1,7 @@
 #include "inproc_transport.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <exception>
 #include <thread>
@@ -10,6 +11,7 @@ namespace dynamiq {
 InprocWorld::InprocWorld(int size, std::chrono::milliseconds timeout, const Memory* memory)
     : size_(size), timeout_(timeout), memory_(memory ? *memory : host_memory()) {
   DQ_CHECK(size >= 1, "in-process world: size must be >= 1");
+  seq_.resize(size_t(size));
 }
 
 void InprocWorld::throw_if_failed_locked() const {
@@ -27,7 +29,8 @@ void InprocWorld::fail(int rank, const std::string& why) {
 
 void InprocWorld::record(int rank, int peer, bool send, size_t bytes, uint64_t group) {
   std::lock_guard<std::mutex> lk(mu_);
-  posted_[{rank, peer}].push_back(Posted{send, bytes, group});
+  if (peer >= 0) posted_[{rank, peer}].push_back(Posted{send, bytes, group});
+  seq_[size_t(rank)].push_back(Seq{peer, send, bytes, group});
 }
 
 std::vector<std::string> InprocWorld::nccl_order_violations() const {
@@ -76,6 +79,111 @@ std::vector<std::string> InprocWorld::nccl_order_violations() const {
       }
     }
   return out;
+}
+
+std::string InprocWorld::nccl_stream_deadlock() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  const size_t n = size_t(size_);
+  // units[r][u] = indices into seq_[r]
+  std::vector<std::vector<std::vector<size_t>>> units(n);
+  for (size_t r = 0; r < n; ++r) {
+    uint64_t open = 0;
+    for (size_t i = 0; i < seq_[r].size(); ++i) {
+      const Seq& e = seq_[r][i];
+      if (e.group == 0 || e.group != open) units[r].emplace_back();
+      units[r].back().push_back(i);
+      open = e.group;
+    }
+  }
+  // partner of every operation: (rank, unit) of the matching one, by FIFO
+  // order per direction; all-reduces by their index on each rank
+  struct Where {
+    size_t rank, unit, op;
+  };
+  std::map<std::tuple<size_t, size_t, bool>, std::vector<Where>> fifo;  // (from, to, is send)
+  std::vector<std::vector<Where>> colls(n);
+  for (size_t r = 0; r < n; ++r) {
+    for (size_t u = 0; u < units[r].size(); ++u)
+      for (size_t i : units[r][u]) {
+        const Seq& e = seq_[r][i];
+        if (e.peer < 0) colls[r].push_back({r, u, i});
+        else if (e.send) fifo[{r, size_t(e.peer), true}].push_back({r, u, i});
+        else fifo[{size_t(e.peer), r, false}].push_back({r, u, i});
+      }
+  }
+  auto op_name = [&](size_t r, size_t i) {
+    const Seq& e = seq_[r][i];
+    if (e.peer < 0) return std::string("all-reduce");
+    return std::string(e.send ? "send to " : "receive from ") + std::to_string(e.peer) + " (" +
+           std::to_string(e.bytes) + " bytes)";
+  };
+  std::vector<std::vector<Where>> partner(n);
+  for (size_t r = 0; r < n; ++r) partner[r].assign(seq_[r].size(), Where{SIZE_MAX, 0, 0});
+  for (const auto& [key, sends] : fifo) {
+    if (!std::get<2>(key)) continue;
+    const auto it = fifo.find({std::get<0>(key), std::get<1>(key), false});
+    const size_t nr = it == fifo.end() ? 0 : it->second.size();
+    for (size_t k = 0; k < std::max(sends.size(), nr); ++k) {
+      if (k >= sends.size() || k >= nr)
+        return "rank " + std::to_string(std::get<0>(key)) + " posts " + std::to_string(sends.size()) +
+               " sends to rank " + std::to_string(std::get<1>(key)) + ", which posts " + std::to_string(nr) +
+               " receives from it";
+      const Where s = sends[k], v = it->second[k];
+      if (seq_[s.rank][s.op].bytes != seq_[v.rank][v.op].bytes)
+        return "send " + std::to_string(k) + " from rank " + std::to_string(s.rank) + " to rank " +
+               std::to_string(v.rank) + " has " + std::to_string(seq_[s.rank][s.op].bytes) +
+               " bytes, the receive " + std::to_string(seq_[v.rank][v.op].bytes);
+      partner[s.rank][s.op] = v;
+      partner[v.rank][v.op] = s;
+    }
+  }
+  for (size_t r = 1; r < n; ++r)
+    if (colls[r].size() != colls[0].size()) return "ranks post different numbers of all-reduces";
+  std::vector<size_t> head(n, 0);
+  std::vector<std::vector<uint8_t>> done(n);
+  for (size_t r = 0; r < n; ++r) done[r].assign(seq_[r].size(), 0);
+  auto running = [&](const Where& w) { return head[w.rank] == w.unit; };
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (size_t r = 0; r < n; ++r) {
+      if (head[r] >= units[r].size()) continue;
+      for (size_t i : units[r][head[r]]) {
+        if (done[r][i]) continue;
+        const Seq& e = seq_[r][i];
+        if (e.peer < 0) {
+          size_t c = 0;
+          while (colls[r][c].op != i) ++c;
+          bool all = true;
+          for (size_t q = 0; q < n; ++q) all = all && running(colls[q][c]);
+          if (all)
+            for (size_t q = 0; q < n; ++q) done[q][colls[q][c].op] = 1;
+        } else if (running(partner[r][i])) {
+          done[r][i] = 1;
+          done[partner[r][i].rank][partner[r][i].op] = 1;
+        }
+      }
+    }
+    for (size_t r = 0; r < n; ++r)
+      while (head[r] < units[r].size() &&
+             std::all_of(units[r][head[r]].begin(), units[r][head[r]].end(),
+                         [&](size_t i) { return done[r][i] != 0; })) {
+        ++head[r];
+        progress = true;
+      }
+  }
+  std::string stuck;
+  for (size_t r = 0; r < n; ++r) {
+    if (head[r] >= units[r].size()) continue;
+    stuck += (stuck.empty() ? "" : "; ") + std::string("rank ") + std::to_string(r) + " at unit " +
+             std::to_string(head[r]) + " [";
+    bool first = true;
+    for (size_t i : units[r][head[r]]) {
+      stuck += (first ? "" : ", ") + op_name(r, i) + (done[r][i] ? " done" : "");
+      first = false;
+    }
+    stuck += "]";
+  }
+  return stuck.empty() ? std::string() : "deadlock: " + stuck;
 }
 
 void InprocWorld::post(int src, int dst, uint32_t tag, const void* data, size_t bytes) {
@@ -218,6 +326,7 @@ std::unique_ptr<Request> InprocTransport::isend(const void* buf, size_t bytes, i
 }
 
 void InprocTransport::allreduce_sum_i64(int64_t* data, size_t count) {
+  world_.record(rank_, -1, false, count * sizeof(int64_t), group_);
   world_.allreduce(rank_, data, count);
 }
 

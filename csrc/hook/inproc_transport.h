@@ -46,13 +46,28 @@ class InprocWorld {
   // does not mind). Returns one line per pair of ranks that breaks the rule
   // (its first offending position), empty when every pair follows it.
   std::vector<std::string> nccl_order_violations() const;
-  // Makes the ranks' transports report pairwise_ordered() (as an NCCL
-  // transport would), so the executor posts for NCCL. Call before run().
-  void set_pairwise_ordered(bool on) { pairwise_ordered_ = on; }
-  bool pairwise_ordered() const { return pairwise_ordered_; }
+  // NCCL's other execution model, checked on what the ranks posted (call after
+  // run): every operation of a rank on ONE stream, in posting order. That is
+  // how ProcessGroupNCCL runs point-to-point operations inside
+  // startCoalescing/endCoalescing (batch_isend_irecv: they go to the group's
+  // communicator) and, in newer torch, every point-to-point operation of a
+  // group initialised eagerly (init_process_group(device_id=...)). A unit (one
+  // operation outside a group, or one group) starts when the rank's previous
+  // unit has finished; each of its operations finishes when its partner runs
+  // in the partner's current unit (the k-th send from a to b meets b's k-th
+  // receive from a; a large NCCL send does not finish before its receive runs);
+  // all-reduces (the header exchange) need every rank at its matching one.
+  // Returns "" when every rank's posting runs to the end, else what blocks
+  // (mismatched sizes, or a deadlock with every stuck rank's current unit).
+  std::string nccl_stream_deadlock() const;
+  // Makes the ranks' transports report posts_in_order() (as an NCCL
+  // transport does), so the executor posts for NCCL. Call before run().
+  void set_posts_in_order(bool on) { posts_in_order_ = on; }
+  bool posts_in_order() const { return posts_in_order_; }
 
   // -- used by InprocTransport --
   // Records a posted operation for nccl_order_violations (group 0: none).
+  // peer -1: an all-reduce.
   void record(int rank, int peer, bool send, size_t bytes, uint64_t group);
   void post(int src, int dst, uint32_t tag, const void* data, size_t bytes);
   void take(int src, int dst, uint32_t tag, void* data, size_t bytes);
@@ -82,7 +97,15 @@ class InprocWorld {
     uint64_t group;
   };
   std::map<std::pair<int, int>, std::vector<Posted>> posted_;
-  bool pairwise_ordered_ = false;
+  // every rank's posts in order, for nccl_stream_deadlock
+  struct Seq {
+    int peer;  // -1: all-reduce
+    bool send;
+    size_t bytes;
+    uint64_t group;
+  };
+  std::vector<std::vector<Seq>> seq_;
+  bool posts_in_order_ = false;
 };
 
 class InprocTransport final : public Transport {
@@ -95,7 +118,7 @@ class InprocTransport final : public Transport {
   void allreduce_sum_i64(int64_t* data, size_t count) override;
   void group_start() override;
   void group_end() override;
-  bool pairwise_ordered() const override { return world_.pairwise_ordered(); }
+  bool posts_in_order() const override { return world_.posts_in_order(); }
 
  private:
   InprocWorld& world_;

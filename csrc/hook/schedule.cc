@@ -84,10 +84,17 @@ struct Builder {
       : bt(t), B(t.blocks_per_chunk), C(int(t.blocks.size()) / t.blocks_per_chunk) {}
 
   bool empty(int chunk, int j) const { return bt.blocks[size_t(chunk * B + j)].empty(); }
-  void add(Role r, int chunk, int j, int peer, int64_t tag) {
-    if (empty(chunk, j)) return;
+  bool add(Role r, int chunk, int j, int peer, int64_t tag) {
+    if (empty(chunk, j)) return false;
     DQ_CHECK(tag >= 0 && tag < (int64_t(1) << 30), "schedule tag space exhausted");
     prog.ops.push_back(Op{r, int32_t(chunk * B + j), int32_t(peer), uint32_t(tag)});
+    return true;
+  }
+  // One step of a rank: a send and a receive (either omitted when its block is empty).
+  void step(Role sr, int sc, int sj, int speer, int64_t stag, Role rr, int rc, int rj, int rpeer,
+            int64_t rtag) {
+    const bool sent = add(sr, sc, sj, speer, stag);
+    if (add(rr, rc, rj, rpeer, rtag) && sent) prog.ops[prog.ops.size() - 2].with_recv = true;
   }
   int64_t tag(int step, int chunk, int j) const {
     return (int64_t(step) * C + chunk) * B + j;
@@ -107,16 +114,16 @@ void ring(Builder& b, int r, int n) {
   for (int s = 0; s < n - 1; ++s) {
     const int sc = mod(r - 1 - s, n), rc = mod(r - 2 - s, n);
     for (int j = 0; j < b.B; ++j) {
-      b.add(s == 0 ? Role::kSendLeaf : Role::kSendPending, sc, j, next, b.tag(s, sc, j));
-      b.add(s < n - 2 ? Role::kRecvDAR : Role::kRecvSink, rc, j, prev, b.tag(s, rc, j));
+      b.step(s == 0 ? Role::kSendLeaf : Role::kSendPending, sc, j, next, b.tag(s, sc, j),
+             s < n - 2 ? Role::kRecvDAR : Role::kRecvSink, rc, j, prev, b.tag(s, rc, j));
     }
   }
   for (int g = 0; g < n - 1; ++g) {
     const int step = n - 1 + g;
     const int sc = mod(r - g, n), rc = mod(r - 1 - g, n);
     for (int j = 0; j < b.B; ++j) {
-      b.add(Role::kSendFinal, sc, j, next, b.tag(step, sc, j));
-      b.add(Role::kRecvFinal, rc, j, prev, b.tag(step, rc, j));
+      b.step(Role::kSendFinal, sc, j, next, b.tag(step, sc, j), Role::kRecvFinal, rc, j, prev,
+             b.tag(step, rc, j));
     }
   }
 }
@@ -176,8 +183,8 @@ void butterfly(Builder& b, int r, int n) {
       for (int i = 0; i < nc; ++i) {
         for (int j = 0; j < b.B; ++j) {
           const int sc = S.first + i, rc = K.first + i;
-          b.add(t == 0 ? Role::kSendLeaf : Role::kSendPending, sc, j, partner, b.tag(step, sc, j));
-          b.add(recv_role(rc), rc, j, partner, b.tag(step, rc, j));
+          b.step(t == 0 ? Role::kSendLeaf : Role::kSendPending, sc, j, partner, b.tag(step, sc, j),
+                 recv_role(rc), rc, j, partner, b.tag(step, rc, j));
         }
       }
     }
@@ -190,8 +197,8 @@ void butterfly(Builder& b, int r, int n) {
       for (int i = 0; i < nc; ++i) {
         for (int j = 0; j < b.B; ++j) {
           const int sc = K.first + i, rc = S.first + i;
-          b.add(Role::kSendFinal, sc, j, partner, b.tag(step, sc, j));
-          b.add(Role::kRecvFinal, rc, j, partner, b.tag(step, rc, j));
+          b.step(Role::kSendFinal, sc, j, partner, b.tag(step, sc, j), Role::kRecvFinal, rc, j, partner,
+                 b.tag(step, rc, j));
         }
       }
     }
@@ -215,16 +222,14 @@ void twostep(Builder& b, int r, int n) {
       const int dst = mod(r + i, n), src = mod(r - i, n);
       // Tag by (step, block, offset i): both ends compute i = (dst - src) mod n.
       const int64_t tag = int64_t(j) * n + i;
-      b.add(Role::kSendLeaf, dst, j, dst, tag);
-      b.add(i < n - 1 ? Role::kRecvDA : Role::kRecvSink, r, j, src, tag);
+      b.step(Role::kSendLeaf, dst, j, dst, tag, i < n - 1 ? Role::kRecvDA : Role::kRecvSink, r, j, src, tag);
     }
   }
   for (int j = 0; j < b.B; ++j) {
     for (int i = 1; i < n; ++i) {
       const int dst = mod(r + i, n), src = mod(r - i, n);
       const int64_t tag = (int64_t(b.B) + j) * n + i;
-      b.add(Role::kSendFinal, r, j, dst, tag);
-      b.add(Role::kRecvFinal, src, j, src, tag);
+      b.step(Role::kSendFinal, r, j, dst, tag, Role::kRecvFinal, src, j, src, tag);
     }
   }
 }
@@ -246,7 +251,8 @@ Program make_program(Topology t, int rank, int world, const BlockTable& bt) {
 std::string describe_program(const Program& p) {
   std::ostringstream s;
   for (const Op& op : p.ops)
-    s << role_name(op.role) << " b" << op.block << " peer" << op.peer << " tag" << op.tag << "\n";
+    s << role_name(op.role) << " b" << op.block << " peer" << op.peer << " tag" << op.tag
+      << (op.with_recv ? " +recv" : "") << "\n";
   return s.str();
 }
 

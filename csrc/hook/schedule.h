@@ -48,6 +48,10 @@ struct Op {
   int32_t block;  // index into the block table
   int32_t peer;   // -1 for local ops
   uint32_t tag;   // same on both ends of a message
+  // A send whose step also receives: the next op is that receive. Backends
+  // that run a rank's operations in posting order (NCCL) get the two posted
+  // as one group, so that every rank's k-th step meets its peers' k-th step.
+  bool with_recv = false;
 };
 
 struct Program {

@@ -37,8 +37,8 @@ class Transport {
 
   // Messages between a pair of ranks are matched in posting order per tag;
   // the driver gives every message of one collective its own tag. NCCL ignores
-  // tags and runs a pair's operations in posting order: for it the executor
-  // posts differently (see pairwise_ordered). A receive must be posted with
+  // tags and runs operations in posting order: for it the executor posts
+  // differently (see posts_in_order). A receive must be posted with
   // the exact size of the message.
   virtual std::unique_ptr<Request> irecv(void* buf, size_t bytes, int src, uint32_t tag) = 0;
   virtual std::unique_ptr<Request> isend(const void* buf, size_t bytes, int dst, uint32_t tag) = 0;
@@ -48,10 +48,13 @@ class Transport {
   virtual void group_start() {}
   virtual void group_end() {}
 
-  // True when the backend runs all operations between two ranks in posting
-  // order on one stream (NCCL): the executor then posts in an order both ranks
-  // of every pair agree on instead of posting receives ahead.
-  virtual bool pairwise_ordered() const { return false; }
+  // True when the backend matches operations in posting order and ignores
+  // tags (NCCL: a rank's operations run in posting order on one stream, or on
+  // one stream per pair of ranks, depending on how torch set the group up).
+  // The executor then posts receives in program order and each step's send
+  // and receive as one group, an order that runs under both (checked by
+  // InprocWorld::nccl_stream_deadlock and nccl_order_violations).
+  virtual bool posts_in_order() const { return false; }
 
   // Elementwise sum of small int64 vectors over all ranks (the header
   // exchange). Integer sums are exact in any order, so every rank gets the

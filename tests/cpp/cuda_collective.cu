@@ -248,10 +248,10 @@ TEST(CudaCollective, LosslessSameResultsAndBytesAsTheCpuCodecOnEveryRank) {
 
 // The whole collective driver (local pass, header, metadata all-reduce,
 // allocator, plan, execute, exact paths) with the buckets on the device
-// (CallArgs::device) and operations posted as for NCCL (pairwise-ordered),
+// (CallArgs::device) and operations posted as for NCCL (posts_in_order),
 // against the same call on the host with the default posting: every mode,
 // topology, n = 2 and 3, fp32/bf16, sum/mean, and a bucket with an inf (the
-// exact path). Every pair's operations follow NCCL's order.
+// exact path). The posting runs under both of NCCL's ordering models.
 TEST(CudaCollective, TheDriverOnTheDeviceEqualsTheHostInEveryMode) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
   const int64_t numel = 256 * 40 + 5;
@@ -294,8 +294,8 @@ TEST(CudaCollective, TheDriverOnTheDeviceEqualsTheHostInEveryMode) {
             }
             {
               InprocWorld world(n, std::chrono::seconds(120), &cuda::device().memory());
-              // posted as for NCCL (one stream per pair of ranks, in posting order)
-              world.set_pairwise_ordered(true);
+              // posted as for NCCL (matched in posting order, no tags)
+              world.set_posts_in_order(true);
               world.run([&](int r, Transport& tr) {
                 const auto& x = input[size_t(r)];
                 void* d = nullptr;
@@ -315,6 +315,7 @@ TEST(CudaCollective, TheDriverOnTheDeviceEqualsTheHostInEveryMode) {
               });
               const auto v = world.nccl_order_violations();
               EXPECT_TRUE(v.empty()) << v[0];
+              EXPECT_EQ(world.nccl_stream_deadlock(), "");
             }
             EXPECT_EQ(hs[0].path, inf ? Path::kExactNonfinite : mode == Mode::kNone ? Path::kExactMode : Path::kCompressed);
             for (int r = 0; r < n; ++r) {

@@ -1,7 +1,9 @@
-// NCCL's point-to-point ordering rule (InprocWorld::nccl_order_violations):
-// the checker itself on hand-made posting orders, the default posting of the
-// ring (which follows it), and the executor's pairwise posting, which follows
-// it everywhere (experiments/nccl_order_audit.cc audits every mode and topology).
+// NCCL's two ways of ordering point-to-point operations, checked on what the
+// ranks posted: one stream per pair of ranks (InprocWorld::nccl_order_violations)
+// and one stream per rank (nccl_stream_deadlock). The checkers on hand-made
+// posting orders, the default posting of the ring (which follows the first),
+// and the executor's posting for ordered transports, which runs under both
+// everywhere (experiments/nccl_order_audit.cc audits every mode and topology).
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -46,6 +48,56 @@ TEST(NcclOrder, TheCheckerFindsFacingSendsAndReceives) {
   EXPECT_TRUE(exchange("sr", "rs", true).empty());
 }
 
+// Three ranks in a ring, each sending 64 bytes to the next and receiving from
+// the previous, posted as `units` (each string one unit, in posting order:
+// 's' send, 'r' receive; a unit of two is one group).
+std::string ring3(std::vector<const char*> units, size_t recv_bytes = 64) {
+  InprocWorld world(3, std::chrono::seconds(10));
+  world.run([&](int r, Transport& tr) {
+    std::vector<uint8_t> out(64, 1), in(recv_bytes);
+    std::vector<std::unique_ptr<Request>> reqs;
+    for (const char* u : units) {
+      if (u[1]) tr.group_start();
+      for (const char* c = u; *c; ++c) {
+        if (*c == 's') reqs.push_back(tr.isend(out.data(), out.size(), (r + 1) % 3, 0));
+        else reqs.push_back(tr.irecv(in.data(), in.size(), (r + 2) % 3, 0));
+      }
+      if (u[1]) tr.group_end();
+    }
+    if (recv_bytes == 64)
+      for (auto& q : reqs) q->wait();
+  });
+  return world.nccl_stream_deadlock();
+}
+
+TEST(NcclOrder, TheStreamCheckerFindsCyclesAndSizeMismatches) {
+  // every rank starts its stream with a send whose receiver is busy sending
+  const std::string d = ring3({"s", "r"});
+  EXPECT_NE(d.find("deadlock: rank 0 at unit 0 [send to 1 (64 bytes)]"), std::string::npos) << d;
+  EXPECT_NE(d.find("rank 2 at unit 0 [send to 0 (64 bytes)]"), std::string::npos) << d;
+  EXPECT_EQ(ring3({"sr"}), "") << "send and receive in one group";
+  EXPECT_EQ(ring3({"rs"}), "");
+  // a receive first on every rank: the same cycle the other way round
+  EXPECT_NE(ring3({"r", "s"}).find("deadlock"), std::string::npos);
+  EXPECT_NE(ring3({"sr"}, 32).find("has 64 bytes, the receive 32"), std::string::npos);
+  // one pair, one way each: send-then-receive facing receive-then-send runs
+  // on one stream per rank too; two sends facing each other do not
+  InprocWorld w(2, std::chrono::seconds(10));
+  w.run([&](int r, Transport& tr) {
+    uint64_t out = 1, in = 0;
+    std::unique_ptr<Request> a, b;
+    if (r == 0) {
+      a = tr.isend(&out, 8, 1, 0);
+      b = tr.irecv(&in, 8, 1, 0);
+    } else {
+      b = tr.irecv(&in, 8, 0, 0);
+      a = tr.isend(&out, 8, 0, 0);
+    }
+    b->wait();
+  });
+  EXPECT_EQ(w.nccl_stream_deadlock(), "");
+}
+
 // With the default posting (receives posted ahead, for Gloo) the ring with
 // three or more ranks already follows the rule (each pair carries one
 // direction only) for the fixed-size codecs, metadata all-reduce included.
@@ -73,13 +125,13 @@ TEST(NcclOrder, RingWithThreeOrMoreRanksFollowsIt) {
     }
 }
 
-// With a pairwise-ordered transport (as NCCL's will be) the executor posts
-// receives in program order, a send with the receive that follows it from the
-// same peer in one group when the peer does the same (an exchange), and the
-// second parts of two-part messages (lossless) after the first: every pair
-// then follows the rule in every mode, topology and world size 2-6, and the
-// results and byte counts are exactly those of the default posting.
-TEST(NcclOrder, PairwisePostingFollowsItEverywhereWithTheSameResults) {
+// With a transport that matches in posting order (NCCL) the executor posts
+// receives in program order and each step's send and receive in one group (the
+// second parts of two-part messages, lossless, in a second group once the
+// first told their sizes): every rank's posting then runs under both of
+// NCCL's models in every mode, topology and world size 2-6, and the results
+// and byte counts are exactly those of the default posting.
+TEST(NcclOrder, OrderedPostingRunsUnderBothModelsWithTheSameResults) {
   const int64_t numel = 256 * 64 + 11;
   for (Mode mode : {Mode::kNone, Mode::kDynamiq, Mode::kBitsplit, Mode::kLossless})
     for (Topology topo : {Topology::kRing, Topology::kButterfly, Topology::kTwoStep})
@@ -92,23 +144,24 @@ TEST(NcclOrder, PairwisePostingFollowsItEverywhereWithTheSameResults) {
         cfg.block_bytes = 4096;  // several blocks per chunk
         std::vector<std::vector<float>> out[2];
         std::vector<int64_t> sent[2];
-        for (int pairwise = 0; pairwise < 2; ++pairwise) {
-          auto& x = out[pairwise];
+        for (int ordered = 0; ordered < 2; ++ordered) {
+          auto& x = out[ordered];
           x.resize(size_t(n));
           for (int r = 0; r < n; ++r) x[size_t(r)] = dqtest::gaussian(size_t(numel), uint64_t(r + 1));
-          sent[pairwise].assign(size_t(n), 0);
+          sent[ordered].assign(size_t(n), 0);
           InprocWorld world(n, std::chrono::seconds(60));
-          world.set_pairwise_ordered(pairwise == 1);
+          world.set_posts_in_order(ordered == 1);
           world.run([&](int r, Transport& tr) {
             CallArgs a;
             a.data = x[size_t(r)].data();
             a.numel = numel;
             a.seq = 1;
-            sent[pairwise][size_t(r)] = all_reduce(tr, cfg, a).bytes_sent;
+            sent[ordered][size_t(r)] = all_reduce(tr, cfg, a).bytes_sent;
           });
-          if (pairwise) {
+          if (ordered) {
             const auto v = world.nccl_order_violations();
             EXPECT_TRUE(v.empty()) << v.size() << " pairs, first: " << v[0];
+            EXPECT_EQ(world.nccl_stream_deadlock(), "");
           }
         }
         for (int r = 0; r < n; ++r)
