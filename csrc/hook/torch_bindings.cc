@@ -2,6 +2,7 @@
 // else lives in the torch-free core.
 #include <torch/extension.h>
 
+#include <cstdlib>
 #include <optional>
 
 #include "../kernels/dynamiq_codec.h"
@@ -10,6 +11,11 @@
 #include "collective.h"
 #include "inproc_transport.h"
 #include "torch_c10d_transport.h"
+#ifdef DYNAMIQ_WITH_CUDA
+#include <c10/cuda/CUDAGuard.h>
+
+#include "../kernels/cuda/cuda_device.h"
+#endif
 
 namespace py = pybind11;
 using namespace dynamiq;
@@ -31,8 +37,14 @@ ReduceOp to_op(const std::string& op) {
   throw Error("dynamiq: op must be 'sum' or 'mean', got '" + op + "'");
 }
 
-void check_tensor(const at::Tensor& t) {
-  DQ_CHECK(t.device().is_cpu(), "dynamiq: the C++ driver got a non-CPU tensor");
+void check_tensor(const at::Tensor& t, bool allow_cuda) {
+#ifdef DYNAMIQ_WITH_CUDA
+  DQ_CHECK(t.device().is_cpu() || (allow_cuda && t.device().is_cuda()),
+           "dynamiq: the C++ driver got a tensor on an unsupported device");
+#else
+  (void)allow_cuda;
+  DQ_CHECK(t.device().is_cpu(), "dynamiq: the C++ driver got a non-CPU tensor (built without CUDA)");
+#endif
   DQ_CHECK(t.is_contiguous(), "dynamiq: the C++ driver got a non-contiguous tensor");
   to_dtype(t);
 }
@@ -77,9 +89,18 @@ py::dict stats_dict(const CallStats& s) {
   return d;
 }
 
+// The posting for NCCL (each step's send and receive in one group) also on
+// CPU buffers over Gloo when DYNAMIQ_ORDERED_POSTING=1: how its path through
+// c10d is tested without a GPU. Results are the same either way.
+bool ordered_posting_env() {
+  const char* v = std::getenv("DYNAMIQ_ORDERED_POSTING");
+  return v != nullptr && std::string(v) == "1";
+}
+
 py::dict run_all_reduce(std::optional<at::Tensor> tensor, const std::string& group_name,
                         const CollectiveConfig& cfg, const std::string& op, uint64_t seq,
-                        std::optional<std::pair<double, double>> u, int local_error) {
+                        std::optional<std::pair<double, double>> u, int local_error,
+                        const std::string& device) {
   CallArgs a;
   a.op = to_op(op);
   a.seq = seq;
@@ -91,20 +112,45 @@ py::dict run_all_reduce(std::optional<at::Tensor> tensor, const std::string& gro
     ps.step = u->second;
   }
   a.plan_state = &ps;
+  // where the buffers live: the tensor's device (also passed for a rank with
+  // bad input, whose header exchange must run on the group's device)
+  const c10::Device dev(device);
+  DQ_CHECK(dev.is_cpu() || dev.is_cuda(), "dynamiq: device must be cpu or cuda");
+#ifndef DYNAMIQ_WITH_CUDA
+  DQ_CHECK(dev.is_cpu(), "dynamiq: this build has no CUDA support (built without nvcc)");
+#endif
   if (a.local_error == InputError::kNone) {
     DQ_CHECK(tensor.has_value(), "dynamiq: all_reduce needs a tensor");
-    check_tensor(*tensor);
+    check_tensor(*tensor, true);
+    DQ_CHECK(tensor->device().type() == dev.type(), "dynamiq: the tensor is not on the given device");
     a.data = tensor->data_ptr();
     a.dtype = to_dtype(*tensor);
     a.numel = tensor->numel();
   }
   CallStats s;
+  bool ordered = false;
   {
     py::gil_scoped_release no_gil;
-    C10dTransport tr = C10dTransport::from_group_name(group_name);
+#ifdef DYNAMIQ_WITH_CUDA
+    // The bucket's producer is ordered before this call by the caller (an
+    // event the default stream waits on); the kernels, the NCCL operations'
+    // stream handoff (torch syncs NCCL's stream with the current stream, and
+    // Work::wait makes the current stream wait) and the codecs' waits all use
+    // this thread's default stream.
+    std::optional<c10::cuda::CUDAGuard> guard;
+    if (dev.is_cuda()) {
+      guard.emplace(tensor ? tensor->device() : dev);
+      a.device = &cuda::device();
+    }
+#endif
+    C10dTransport tr = C10dTransport::from_group_name(
+        group_name, tensor && dev.is_cuda() ? tensor->device() : dev, ordered_posting_env());
+    ordered = tr.posts_in_order();
     s = all_reduce(tr, cfg, a);
   }
-  return stats_dict(s);
+  py::dict d = stats_dict(s);
+  d["ordered_posting"] = ordered;  // posted as for NCCL (see C10dTransport)
+  return d;
 }
 
 py::list run_simulate(std::vector<at::Tensor> tensors, const CollectiveConfig& cfg,
@@ -112,7 +158,7 @@ py::list run_simulate(std::vector<at::Tensor> tensors, const CollectiveConfig& c
   const int n = int(tensors.size());
   DQ_CHECK(n >= 1, "dynamiq.simulate: need at least one tensor");
   for (auto& t : tensors) {
-    check_tensor(t);
+    check_tensor(t, false);
     DQ_CHECK(t.scalar_type() == tensors[0].scalar_type() && t.numel() == tensors[0].numel(),
              "dynamiq.simulate: all tensors must have the same dtype and size");
   }
@@ -193,8 +239,9 @@ PYBIND11_MODULE(_C, m) {
 
   m.def("all_reduce", &run_all_reduce, py::arg("tensor"), py::arg("group_name"), py::arg("config"),
         py::arg("op"), py::arg("seq"), py::arg("u") = py::none(), py::arg("local_error") = 0,
-        "In-place all-reduce of a contiguous CPU tensor over the named process group. "
-        "Releases the GIL. Returns the per-call statistics.");
+        py::arg("device") = "cpu",
+        "In-place all-reduce of a contiguous tensor (CPU with Gloo; CUDA with NCCL in a CUDA "
+        "build) over the named process group. Releases the GIL. Returns the per-call statistics.");
   m.def("simulate", &run_simulate, py::arg("tensors"), py::arg("config"), py::arg("op"),
         py::arg("seq"), py::arg("timeout_s") = 300.0,
         "Runs the same collective over an in-process transport, one tensor per simulated "

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import queue
 import threading
-from typing import Callable, Dict
+from typing import Callable, Dict, Optional
 
 import torch
 
@@ -25,8 +25,11 @@ class GroupWorker:
         self._thread = threading.Thread(target=self._loop, name=f"dynamiq-{group_name}", daemon=True)
         self._thread.start()
 
-    def submit(self, fn: Callable[[], object]) -> torch.futures.Future:
-        fut: torch.futures.Future = torch.futures.Future()
+    def submit(self, fn: Callable[[], object], device: Optional[torch.device] = None) -> torch.futures.Future:
+        # A future holding CUDA tensors must know their devices (it records an
+        # event at set_result that the consumer's stream waits on).
+        cuda = device is not None and device.type == "cuda"
+        fut: torch.futures.Future = torch.futures.Future(devices=[device]) if cuda else torch.futures.Future()
         self._q.put((fn, fut))
         return fut
 

@@ -29,24 +29,61 @@ _direct_seq: Dict[str, int] = {}
 _seq_lock = threading.Lock()
 
 
-def check_tensor(t: torch.Tensor) -> Tuple[int, str]:
+# Device types each process group can carry (from its backend string, e.g.
+# "gloo", "nccl" or "cpu:gloo,cuda:nccl"), by group name.
+_group_devices: Dict[str, frozenset] = {}
+
+
+def _devices_of(backend: str) -> frozenset:
+    devs = set()
+    for part in str(backend).lower().split(","):
+        dev, _, name = part.rpartition(":")
+        if name == "nccl":
+            devs.add("cuda")  # dynamiq sends CUDA tensors through NCCL only
+        elif dev in ("", "cpu"):
+            devs.add("cpu")  # Gloo (or another CPU backend)
+    return frozenset(devs)
+
+
+def check_tensor(t: torch.Tensor, group_name: Optional[str] = None) -> Tuple[int, str]:
     """(error code, message) for a tensor dynamiq cannot all-reduce; (0, "") if fine."""
     if t.dtype not in SUPPORTED_DTYPES:
         return _ERR_DTYPE, (
             f"dynamiq: dtype {t.dtype} is not supported; use torch.float32, torch.bfloat16 or "
             "torch.float16 (cast the tensor, or all-reduce it with torch.distributed)")
+    devs = _group_devices.get(group_name) if group_name is not None else None
     if t.device.type == "cuda":
-        return _ERR_DEVICE, (
-            "dynamiq: CUDA tensors are not supported by this build: the GPU (NCCL) driver has not "
-            f"been built or verified (CUDA kernels compiled: {_C.built_with_cuda()}). Move the "
-            "tensor to the CPU and use a Gloo process group, or use torch.distributed.all_reduce.")
-    if t.device.type != "cpu":
-        return _ERR_DEVICE, f"dynamiq: tensors on device {t.device} are not supported; use a CPU tensor"
+        if not _C.built_with_cuda():
+            return _ERR_DEVICE, (
+                "dynamiq: CUDA tensors are not supported by this build (it was built without nvcc); "
+                "reinstall with the CUDA toolkit on the PATH, or all-reduce CPU tensors over Gloo")
+        if devs is not None and "cuda" not in devs:
+            return _ERR_DEVICE, (
+                "dynamiq: CUDA tensors need an NCCL process group (init_process_group('nccl') or "
+                "backend='cpu:gloo,cuda:nccl'); this group cannot send them. Note: the CUDA path has "
+                "not run on a GPU yet (see the README)")
+    elif t.device.type == "cpu":
+        if devs is not None and "cpu" not in devs:
+            return _ERR_DEVICE, (
+                "dynamiq: CPU tensors need a Gloo process group (or backend='cpu:gloo,cuda:nccl'); "
+                "move the tensor to the GPU for an NCCL group")
+    else:
+        return _ERR_DEVICE, f"dynamiq: tensors on device {t.device} are not supported; use a CPU or CUDA tensor"
     if not t.is_contiguous():
         return _ERR_LAYOUT, (
             "dynamiq: tensor is not contiguous; all_reduce works in place on contiguous memory: "
             "pass t.contiguous() and copy the result back")
     return 0, ""
+
+
+def comm_device(t: Optional[torch.Tensor], group_name: str) -> str:
+    """The device the collective's buffers (and header exchange) use for `t` on this group."""
+    if t is not None and t.device.type == "cuda":
+        return str(t.device)
+    devs = _group_devices.get(group_name, frozenset(("cpu",)))
+    if "cpu" not in devs and "cuda" in devs and torch.cuda.is_available():
+        return f"cuda:{torch.cuda.current_device()}"  # an NCCL-only group: header on the GPU
+    return "cpu"
 
 
 def resolve_group(group: Optional[dist.ProcessGroup]) -> Tuple[dist.ProcessGroup, str]:
@@ -57,6 +94,8 @@ def resolve_group(group: Optional[dist.ProcessGroup]) -> Tuple[dist.ProcessGroup
     name = getattr(g, "group_name", None)
     if not name:
         raise DynamiqError("dynamiq: cannot find the name of the process group")
+    if name not in _group_devices:
+        _group_devices[name] = _devices_of(dist.get_backend(g))
     return g, name
 
 
@@ -74,15 +113,33 @@ def run_collective(tensor: torch.Tensor, group_name: str, config: Config, op: st
     Validates the tensor; a rank with bad input still takes part in the header
     exchange so that its peers raise at once instead of timing out.
     """
-    code, msg = check_tensor(tensor)
+    code, msg = check_tensor(tensor, group_name)
     cpp = config._to_cpp()
+    device = comm_device(tensor if not code else None, group_name)
     if code:
         try:
-            _C.all_reduce(None, group_name, cpp, op, seq, None, code)
+            _C.all_reduce(None, group_name, cpp, op, seq, None, code, device)
         except DynamiqError:
             pass
         raise DynamiqError(msg)
-    return _C.all_reduce(tensor.view(-1) if tensor.dim() != 1 else tensor, group_name, cpp, op, seq, u, 0)
+    return _C.all_reduce(tensor.view(-1) if tensor.dim() != 1 else tensor, group_name, cpp, op, seq, u, 0,
+                         device)
+
+
+def ready_event(tensor: torch.Tensor, group_name: str) -> Optional["torch.cuda.Event"]:
+    """For a CUDA tensor dynamiq accepts: an event on the caller's current stream after which
+    it is ready (None otherwise: CPU tensors, and bad input, which is reported on the worker)."""
+    if tensor.device.type != "cuda" or check_tensor(tensor, group_name)[0]:
+        return None
+    ev = torch.cuda.Event()
+    ev.record(torch.cuda.current_stream(tensor.device))
+    return ev
+
+
+def wait_ready(tensor: torch.Tensor, ev: Optional["torch.cuda.Event"]) -> None:
+    """On the group worker: order its (default-stream) work after the caller's producer of `tensor`."""
+    if ev is not None:
+        torch.cuda.default_stream(tensor.device).wait_event(ev)
 
 
 def all_reduce(tensor: torch.Tensor, config: Optional[Config] = None,
@@ -91,8 +148,9 @@ def all_reduce(tensor: torch.Tensor, config: Optional[Config] = None,
     """All-reduce `tensor` in place over `group` with dynamiq.
 
     Like `torch.distributed.all_reduce`: every rank passes a tensor of the same
-    shape and dtype (float32, bfloat16 or float16, contiguous, CPU with a Gloo
-    group); on return every rank holds the same result, `sum` or `mean` of the
+    shape and dtype (float32, bfloat16 or float16, contiguous; CPU with a Gloo
+    group, or CUDA with an NCCL group in a CUDA build, a path that has not run
+    on a GPU yet); on return every rank holds the same result, `sum` or `mean` of the
     inputs (exactly for mode "none" and "lossless", an unbiased estimate for
     the lossy modes).
 
@@ -108,11 +166,14 @@ def all_reduce(tensor: torch.Tensor, config: Optional[Config] = None,
     _, name = resolve_group(group)
     seq = _next_direct_seq(name)
 
+    ev = ready_event(tensor, name)
+
     def work():
+        wait_ready(tensor, ev)
         run_collective(tensor, name, config, op, seq)
         return tensor
 
-    fut = worker_for(name).submit(work)
+    fut = worker_for(name).submit(work, device=tensor.device if ev is not None else None)
     if async_op:
         return fut
     fut.wait()

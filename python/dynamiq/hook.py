@@ -6,7 +6,7 @@ import torch
 import torch.distributed as dist
 
 from ._worker import worker_for
-from .api import resolve_group, run_collective
+from .api import ready_event, resolve_group, run_collective, wait_ready
 from .config import Config
 
 _STATE_VERSION = 1
@@ -94,8 +94,11 @@ def _hook(state: HookState, bucket: dist.GradBucket) -> torch.futures.Future[tor
     u = state.alloc_u.get(index)
     name = state.group_name
 
+    ev = ready_event(buf, name)
+
     def work():
         try:
+            wait_ready(buf, ev)
             stats = run_collective(buf, name, config, "mean", seq, u)
             state._record(index, stats, is_last)
         finally:
@@ -105,7 +108,7 @@ def _hook(state: HookState, bucket: dist.GradBucket) -> torch.futures.Future[tor
                 state.step += 1
         return buf
 
-    return worker_for(name).submit(work)
+    return worker_for(name).submit(work, device=buf.device if ev is not None else None)
 
 
 def register(ddp_model: torch.nn.parallel.DistributedDataParallel, config: Optional[Config] = None,

@@ -33,11 +33,14 @@ def _bad_inputs(rank, world):
                                    "dtype torch.complex64 is not supported")[0]
     out["strided"] = _expect_error(lambda: dynamiq.all_reduce(torch.ones(8, 8).t(), cfg), "not contiguous")[0]
     out["meta"] = _expect_error(lambda: dynamiq.all_reduce(torch.ones(8, device="meta"), cfg), "device meta")[0]
-    # A CUDA tensor (faked: there is no GPU here) in this CPU-only driver.
+    # A CUDA tensor (faked: there is no GPU here) on this Gloo group: CUDA
+    # tensors go through NCCL only (or this build has no CUDA at all).
     from torch._subclasses.fake_tensor import FakeTensorMode
     with FakeTensorMode(allow_non_fake_inputs=True):
         fake_cuda = torch.empty(8, device="cuda")
-    out["cuda"] = _expect_error(lambda: dynamiq.all_reduce(fake_cuda, cfg), "CUDA tensors are not supported")[0]
+    needle = ("CUDA tensors need an NCCL process group" if dynamiq._C.built_with_cuda()
+              else "CUDA tensors are not supported by this build")
+    out["cuda"] = _expect_error(lambda: dynamiq.all_reduce(fake_cuda, cfg), needle)[0]
     # The group still works afterwards.
     x = torch.ones(4)
     dynamiq.all_reduce(x, cfg)
