@@ -223,7 +223,12 @@ void execute(Transport& tr, const Codec& codec, const Plan& plan, const BlockTab
   // The receive posted in one group with the send of op i (ordered
   // transports): the receive of the same step (Op::with_recv), so that every
   // rank's k-th step runs against its peers' k-th step.
-  auto paired_recv = [&](size_t i) { return ordered && prog.ops[i].with_recv && next_recv == i + 1; };
+  auto paired_recv = [&](size_t i) {
+    if (!ordered || !prog.ops[i].with_recv) return false;
+    DQ_CHECK(i + 1 < prog.ops.size() && is_recv(prog.ops[i + 1].role) && next_recv == i + 1,
+             "executor: a step's send is not followed by its receive (schedule bug)");
+    return true;
+  };
   // Blocks whose bucket memory is being sent without a copy: written only after the send completes.
   std::vector<uint8_t> zero_copy_pending(nb, 0);
   // Ordered transports only: the second part of a two-part message sent in a
