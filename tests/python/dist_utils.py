@@ -1,4 +1,4 @@
-"""Running a function on N local processes joined by a Gloo process group.
+"""Running a function on N local processes joined by a process group (Gloo; NCCL for the GPU tests).
 
 `run_ranks(fn, world, *args)` spawns one process per rank, initialises
 torch.distributed over a FileStore (no ports to collide), runs
@@ -57,15 +57,20 @@ def _portable(obj, restore=False):
     return obj
 
 
-def _entry(fn, rank, world, store_path, pg_timeout, q, args, env):
+def _entry(fn, rank, world, store_path, pg_timeout, q, args, env, backend, eager):
     os.environ.update(env)
     try:
         import torch
         import torch.distributed as dist
 
         torch.set_num_threads(1)
-        dist.init_process_group("gloo", init_method=f"file://{store_path}", rank=rank, world_size=world,
-                                timeout=timedelta(seconds=pg_timeout))
+        kw = {}
+        if "nccl" in backend:  # one GPU per rank
+            torch.cuda.set_device(rank)
+            if eager:  # communicators made at init: NCCL then runs all P2P on one stream per rank
+                kw["device_id"] = torch.device("cuda", rank)
+        dist.init_process_group(backend, init_method=f"file://{store_path}", rank=rank, world_size=world,
+                                timeout=timedelta(seconds=pg_timeout), **kw)
         try:
             result = fn(rank, world, *args)
         finally:
@@ -79,18 +84,21 @@ def _entry(fn, rank, world, store_path, pg_timeout, q, args, env):
 
 
 def run_ranks(fn: Callable[..., Any], world: int, *args: Any, timeout: float = 180.0,
-              pg_timeout: float = 60.0, env: dict | None = None, allow_failure: bool = False) -> List[Any]:
+              pg_timeout: float = 60.0, env: dict | None = None, allow_failure: bool = False,
+              backend: str = "gloo", eager: bool = False) -> List[Any]:
     """Runs fn(rank, world, *args) on `world` processes; returns results by rank.
 
     With allow_failure=True, a failing rank's entry is ("error", message)
-    instead of raising.
+    instead of raising. backend: the process group's ("nccl": rank r on GPU r;
+    eager=True passes device_id so the communicators are made at init).
     """
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
     tmp = tempfile.mkdtemp(prefix="dynamiq-test-")
     store = os.path.join(tmp, "store")
     env = dict({"GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1"}, **(env or {}))
-    procs = [ctx.Process(target=_entry, args=(fn, r, world, store, pg_timeout, q, args, env), daemon=True)
+    procs = [ctx.Process(target=_entry, args=(fn, r, world, store, pg_timeout, q, args, env, backend, eager),
+                         daemon=True)
              for r in range(world)]
     for p in procs:
         p.start()

@@ -1,0 +1,112 @@
+"""The GPU path: CUDA buckets over NCCL. Needs 2 GPUs and a CUDA build; skips otherwise.
+
+This file has never run: no GPU has been available to this project (see the
+README's hardware table). On a machine with GPUs it is the acceptance test of
+the GPU driver, against the CPU path as the oracle:
+
+- every mode and topology, fp32 and bf16: a CUDA all_reduce over NCCL gives,
+  on every rank, exactly (bit for bit) what the same collective gives on the
+  CPU path (`dynamiq.simulate` with the same call index: same Philox
+  streams), with the communicators made lazily and eagerly (the two ways
+  ProcessGroupNCCL orders point-to-point operations; see
+  experiments/results/nccl_order.md);
+- an inf on one rank reaches every rank's result (the exact path);
+- the DDP hook on a CUDA model: every rank ends each step with bit-identical
+  parameters, close to what exact averaging gives.
+"""
+
+import pytest
+import torch
+import torch.distributed as dist
+
+import dynamiq
+from dist_utils import run_ranks
+
+WORLD = 2
+MODES = ("none", "dynamiq", "lossless", "bitsplit")
+TOPOLOGIES = ("ring", "butterfly", "twostep")
+DTYPES = (torch.float32, torch.bfloat16)
+
+pytestmark = pytest.mark.skipif(
+    not (dynamiq._C.built_with_cuda() and torch.cuda.is_available() and torch.cuda.device_count() >= WORLD),
+    reason=f"needs a CUDA build of dynamiq and {WORLD} GPUs")
+
+
+def _input(rank, dtype, k):
+    g = torch.Generator().manual_seed(1000 * k + rank)
+    x = torch.randn(70_003, generator=g) * 1e-3
+    return x.to(dtype)
+
+
+def _cases():
+    return [(m, t, d) for m in MODES for t in TOPOLOGIES for d in DTYPES]
+
+
+def _all_reduce_cuda(rank, world):
+    out = []
+    for k, (mode, topo, dtype) in enumerate(_cases()):
+        x = _input(rank, dtype, k).cuda()
+        dynamiq.all_reduce(x, dynamiq.Config(mode=mode, topology=topo), op="mean")
+        out.append(x.cpu())
+    k = len(out)  # an inf on rank 1: every rank's result is non-finite
+    x = _input(rank, torch.float32, k)
+    if rank == 1:
+        x[123] = float("inf")
+    x = x.cuda()
+    dynamiq.all_reduce(x, dynamiq.Config(mode="dynamiq"), op="mean")
+    out.append(x.cpu())
+    return out
+
+
+@pytest.mark.parametrize("eager", [False, True], ids=["lazy-communicators", "eager-communicators"])
+def test_cuda_all_reduce_equals_the_cpu_path_bit_for_bit(eager):
+    res = run_ranks(_all_reduce_cuda, WORLD, timeout=900, backend="nccl", eager=eager)
+    for k, (mode, topo, dtype) in enumerate(_cases()):
+        inputs = [_input(r, dtype, k) for r in range(WORLD)]
+        expect = dynamiq.simulate(inputs, dynamiq.Config(mode=mode, topology=topo), op="mean", call_index=k)
+        for r in range(WORLD):
+            got, want = res[r][k], expect[r]
+            assert got.dtype == want.dtype
+            assert torch.equal(got.view(torch.int16 if dtype == torch.bfloat16 else torch.int32),
+                               want.view(torch.int16 if dtype == torch.bfloat16 else torch.int32)), \
+                (mode, topo, dtype, r)
+    for r in range(WORLD):
+        assert not torch.isfinite(res[r][-1][123]), "the inf did not reach rank %d" % r
+
+
+def _ddp(rank, world):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.ReLU(), torch.nn.Linear(512, 10)).cuda()
+    ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=[rank], bucket_cap_mb=1)
+    state = dynamiq.register(ddp, dynamiq.Config(mode="dynamiq"))
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+    g = torch.Generator().manual_seed(rank + 1)
+    worst = 0.0
+    for _ in range(3):
+        x = torch.randn(64, 256, generator=g).cuda()
+        y = torch.randint(0, 10, (64,), generator=g).cuda()
+        # the exact mean of the local gradients, for comparison
+        with ddp.no_sync():
+            opt.zero_grad()
+            torch.nn.functional.cross_entropy(ddp(x), y).backward()
+        exact = [p.grad.detach().clone() for p in model.parameters()]
+        for e in exact:
+            dist.all_reduce(e)
+            e /= world
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(ddp(x), y).backward()
+        for p, e in zip(model.parameters(), exact):
+            worst = max(worst, ((p.grad - e).norm() / e.norm().clamp_min(1e-30)).item())
+        opt.step()
+    flat = torch.cat([p.detach().view(-1) for p in model.parameters()]).view(torch.int32)
+    gathered = [torch.empty_like(flat) for _ in range(world)]
+    dist.all_gather(gathered, flat)
+    return all(torch.equal(t, gathered[0]) for t in gathered), worst, state.last_step_stats[0]["path"]
+
+
+def test_ddp_hook_on_cuda_model():
+    res = run_ranks(_ddp, WORLD, timeout=600, backend="nccl")
+    for same, worst, path in res:
+        assert same, "parameters differ between ranks"
+        assert path == "compressed"
+        assert worst < 0.5, f"relative gradient error {worst:.3f}: far above 5-bit DynamiQ's"
