@@ -83,35 +83,36 @@ C10dTransport C10dTransport::from_group_name(const std::string& name, c10::Devic
   return C10dTransport(pg, device, ordered);
 }
 
-void C10dTransport::group_start() {
-  if (depth_++ == 0 && coalesce_) {
-    group_ = std::make_shared<GroupWork>();
-    try {
-      pg_->startCoalescing(device_.type());
-    } catch (const std::exception& e) {
-      throw TransportError(std::string("dynamiq: startCoalescing failed: ") + e.what());
-    }
-  }
-}
+// Coalesced groups start at their first operation (an empty group would make
+// NCCL end a group with nothing in it) and end at the outermost group_end.
+void C10dTransport::group_start() { ++depth_; }
 
 void C10dTransport::group_end() {
   DQ_CHECK(depth_ > 0, "dynamiq: group_end without group_start");
-  if (--depth_ == 0 && coalesce_) {
-    try {
-      group_->work = pg_->endCoalescing(device_.type());
-    } catch (const std::exception& e) {
-      throw TransportError(std::string("dynamiq: endCoalescing failed: ") + e.what());
-    }
-    group_.reset();
+  if (--depth_ == 0) end_coalesced();
+}
+
+void C10dTransport::end_coalesced() {
+  if (!group_) return;
+  std::shared_ptr<GroupWork> g = std::move(group_);
+  try {
+    g->work = pg_->endCoalescing(device_.type());
+  } catch (const std::exception& e) {
+    throw TransportError(std::string("dynamiq: endCoalescing failed: ") + e.what());
   }
 }
 
 std::unique_ptr<Request> C10dTransport::post(bool send, void* buf, size_t bytes, int peer, uint32_t tag) {
   if (bytes == 0) return std::make_unique<DoneRequest>();
   const char* what = send ? "send to" : "receive from";
-  // CUDA buffers: every operation inside a group (see the header)
-  const bool own_group = coalesce_ && depth_ == 0;
-  if (own_group) group_start();
+  if (coalesce_ && !group_) {  // CUDA buffers: every operation inside a group (see the header)
+    try {
+      pg_->startCoalescing(device_.type());
+    } catch (const std::exception& e) {
+      throw TransportError(std::string("dynamiq: startCoalescing failed: ") + e.what());
+    }
+    group_ = std::make_shared<GroupWork>();
+  }
   std::unique_ptr<Request> req;
   try {
     std::vector<at::Tensor> t{at::from_blob(buf, {int64_t(bytes)},
@@ -124,7 +125,7 @@ std::unique_ptr<Request> C10dTransport::post(bool send, void* buf, size_t bytes,
   } catch (const std::exception& e) {
     throw TransportError(peer_error(what, peer, tag, e));
   }
-  if (own_group) group_end();
+  if (depth_ == 0) end_coalesced();  // an operation outside any group: a group of its own
   return req;
 }
 

@@ -44,14 +44,15 @@ class C10dTransport final : public Transport {
 
  private:
   std::unique_ptr<Request> post(bool send, void* buf, size_t bytes, int peer, uint32_t tag);
+  void end_coalesced();
 
   c10::intrusive_ptr<c10d::ProcessGroup> pg_;
   c10::Device device_;
   int rank_, size_;
   bool ordered_;
   bool coalesce_;  // the device's backend supports coalescing (NCCL)
-  int depth_ = 0;
-  std::shared_ptr<GroupWork> group_;  // the open group (coalesce_ only)
+  int depth_ = 0;                     // group_start/group_end nesting
+  std::shared_ptr<GroupWork> group_;  // the open coalesced group (coalesce_ only)
 };
 
 }  // namespace dynamiq
