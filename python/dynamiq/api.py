@@ -94,8 +94,7 @@ def resolve_group(group: Optional[dist.ProcessGroup]) -> Tuple[dist.ProcessGroup
     name = getattr(g, "group_name", None)
     if not name:
         raise DynamiqError("dynamiq: cannot find the name of the process group")
-    if name not in _group_devices:
-        _group_devices[name] = _devices_of(dist.get_backend(g))
+    _group_devices[name] = _devices_of(dist.get_backend(g))  # refreshed: a name can be reused after re-init
     return g, name
 
 
