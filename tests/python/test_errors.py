@@ -127,3 +127,15 @@ def test_config_validation_names_field():
 def test_not_initialized():
     with pytest.raises(dynamiq.DynamiqError, match="not initialized"):
         dynamiq.all_reduce(torch.ones(3), dynamiq.Config(mode="none"))
+
+
+@pytest.mark.parametrize("backend,devices", [
+    ("gloo", {"cpu"}),
+    ("nccl", {"cuda"}),
+    ("cpu:gloo,cuda:nccl", {"cpu", "cuda"}),
+    ("cuda:gloo", set()),  # CUDA tensors go through NCCL only
+    ("mpi", {"cpu"}),
+])
+def test_group_device_types_from_backend_string(backend, devices):
+    from dynamiq.api import _devices_of
+    assert _devices_of(backend) == frozenset(devices)
