@@ -103,6 +103,7 @@ struct PostedRecv {
   std::unique_ptr<Request> req;
   BufferPool::Ptr buf;
   size_t static_bytes = 0;
+  bool one_part = false;  // posted for the whole message (see accepts_shorter_messages)
 };
 
 // On failure, requests may still reference buffers (a posted receive can be
@@ -189,6 +190,10 @@ void execute(Transport& tr, const Codec& codec, const Plan& plan, const BlockTab
   // nccl_stream_deadlock and nccl_order_violations check both models). Other
   // transports post receives ahead.
   const bool ordered = tr.posts_in_order();
+  // Two-part messages travel as one where the transport allows (Gloo).
+  // Both ends of a message decide alike from the block.
+  const bool one_part_transport = !ordered && tr.accepts_shorter_messages();
+  auto one_part = [&](const Block& b) { return one_part_transport && codec.max_dynamic_bytes(plan, b) > 0; };
   auto post_recv_at = [&](size_t idx) {
     const Op& op = prog.ops[idx];
     const Block& b = bt.blocks[size_t(op.block)];
@@ -201,8 +206,11 @@ void execute(Transport& tr, const Codec& codec, const Plan& plan, const BlockTab
     PostedRecv pr;
     pr.op = idx;
     pr.static_bytes = sb;
+    pr.one_part = one_part(b);
+    DQ_CHECK(!(view && pr.one_part), "executor: an output view for a two-part message");
     pr.buf = buf;
-    timed(st.t_post, [&] { pr.req = tr.irecv(buf->data(), sb, op.peer, op.tag); });
+    const size_t bytes = pr.one_part ? codec.max_message_bytes(plan, b) : sb;
+    timed(st.t_post, [&] { pr.req = tr.irecv(buf->data(), bytes, op.peer, op.tag); });
     inflight += int64_t(buf->capacity);
     posted.push_back(std::move(pr));
   };
@@ -246,7 +254,10 @@ void execute(Transport& tr, const Codec& codec, const Plan& plan, const BlockTab
     const Block& b = bt.blocks[size_t(op.block)];
     const size_t sb = codec.static_bytes(plan, b);
     DQ_CHECK(buf->size >= sb, "codec produced fewer bytes than its static part");
-    if (!paired_recv(i)) {
+    if (one_part(b)) {
+      // the whole message at once (the receiver posted for its largest size)
+      timed(st.t_post, [&] { sends.push_back(PendingSend{tr.isend(buf->data(), buf->size, op.peer, op.tag), buf, -1}); });
+    } else if (!paired_recv(i)) {
       // both parts now: in one group (Gloo: no constraint), or on an ordered
       // transport one after the other, as the receiver posts them
       if (!ordered) tr.group_start();
@@ -324,15 +335,14 @@ void execute(Transport& tr, const Codec& codec, const Plan& plan, const BlockTab
           send_dynamic(sop, deferred->second.second, codec.static_bytes(plan, bt.blocks[size_t(sop.block)]));
         }
         std::unique_ptr<Request> dreq;
-        if (dyn > 0) dreq = tr.irecv(pr.buf->data() + total, dyn, op.peer, op.tag | kDynamicTagBit);
+        if (dyn > 0 && !pr.one_part)
+          dreq = tr.irecv(pr.buf->data() + total, dyn, op.peer, op.tag | kDynamicTagBit);
         if (paired) {
           tr.group_end();
           deferred_dynamic.erase(deferred);
         }
-        if (dreq) {
-          wait_timer(*dreq);
-          total += dyn;
-        }
+        if (dreq) wait_timer(*dreq);
+        total += dyn;
         pr.buf->size = total;
         st.bytes_received += int64_t(total);
         inflight -= int64_t(pr.buf->capacity);

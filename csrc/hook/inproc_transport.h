@@ -1,7 +1,8 @@
 // An in-process transport: n ranks as threads sharing one InprocWorld.
 // Sends are eager (the bytes are copied into the receiver's mailbox at once),
 // receives block until a message with the same (source, tag) arrives and
-// must have exactly the posted size. If any rank fails, the world is marked
+// must have exactly the posted size (or at most it, as on Gloo: see
+// set_accepts_shorter_messages). If any rank fails, the world is marked
 // failed and every blocked peer raises at once instead of waiting out the
 // timeout.
 #pragma once
@@ -64,6 +65,13 @@ class InprocWorld {
   // transport does), so the executor posts for NCCL. Call before run().
   void set_posts_in_order(bool on) { posts_in_order_ = on; }
   bool posts_in_order() const { return posts_in_order_; }
+  // Lets a message complete a receive posted for more bytes (Gloo does), and
+  // makes the ranks' transports report accepts_shorter_messages(). Call
+  // before run().
+  void set_accepts_shorter_messages(bool on) { accepts_shorter_ = on; }
+  bool accepts_shorter_messages() const { return accepts_shorter_; }
+  // Messages sent so far (all ranks).
+  int64_t messages_posted() const;
 
   // -- used by InprocTransport --
   // Records a posted operation for nccl_order_violations (group 0: none).
@@ -106,6 +114,8 @@ class InprocWorld {
   };
   std::vector<std::vector<Seq>> seq_;
   bool posts_in_order_ = false;
+  bool accepts_shorter_ = false;
+  int64_t messages_posted_ = 0;
 };
 
 class InprocTransport final : public Transport {
@@ -119,6 +129,7 @@ class InprocTransport final : public Transport {
   void group_start() override;
   void group_end() override;
   bool posts_in_order() const override { return world_.posts_in_order(); }
+  bool accepts_shorter_messages() const override { return world_.accepts_shorter_messages(); }
 
  private:
   InprocWorld& world_;

@@ -128,7 +128,7 @@ py::dict run_all_reduce(std::optional<at::Tensor> tensor, const std::string& gro
     a.numel = tensor->numel();
   }
   CallStats s;
-  bool ordered = false;
+  bool ordered = false, one_part = false;
   {
     py::gil_scoped_release no_gil;
 #ifdef DYNAMIQ_WITH_CUDA
@@ -146,10 +146,12 @@ py::dict run_all_reduce(std::optional<at::Tensor> tensor, const std::string& gro
     C10dTransport tr = C10dTransport::from_group_name(
         group_name, tensor && dev.is_cuda() ? tensor->device() : dev, ordered_posting_env());
     ordered = tr.posts_in_order();
+    one_part = !ordered && tr.accepts_shorter_messages();
     s = all_reduce(tr, cfg, a);
   }
   py::dict d = stats_dict(s);
   d["ordered_posting"] = ordered;  // posted as for NCCL (see C10dTransport)
+  d["one_part_messages"] = one_part;  // two-part (lossless) messages sent as one (Gloo)
   return d;
 }
 

@@ -60,7 +60,6 @@ class DoneRequest final : public Request {
 
 C10dTransport::C10dTransport(c10::intrusive_ptr<c10d::ProcessGroup> pg, c10::Device device, bool ordered)
     : pg_(std::move(pg)), device_(device), rank_(pg_->getRank()), size_(pg_->getSize()) {
-  coalesce_ = false;
   if (device_.is_cuda()) {
     try {
       coalesce_ = pg_->getBackend(c10::DeviceType::CUDA)->supportsCoalescing();
@@ -70,6 +69,14 @@ C10dTransport::C10dTransport(c10::intrusive_ptr<c10d::ProcessGroup> pg, c10::Dev
     ordered = true;  // NCCL matches in posting order
   }
   ordered_ = ordered;
+  // Gloo completes a receive with any message up to its size.
+  if (device_.is_cpu() && !ordered_) {
+    try {
+      shorter_ = pg_->getBackend(c10::DeviceType::CPU)->getBackendName() == "gloo";
+    } catch (const std::exception&) {
+      // no CPU backend: exact sizes
+    }
+  }
 }
 
 C10dTransport C10dTransport::from_group_name(const std::string& name, c10::Device device, bool ordered) {

@@ -10,6 +10,8 @@
 // posts_in_order() is true: the executor then posts each step's send and
 // receive as one group. A request made inside a group completes with the
 // group's Work. Status: the CUDA side compiles in CI and has never run (no GPU).
+// On CPU buffers over Gloo the default posting sends a two-part message as one
+// (accepts_shorter_messages: Gloo completes a receive with a shorter message).
 #pragma once
 
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
@@ -35,6 +37,7 @@ class C10dTransport final : public Transport {
   void group_start() override;
   void group_end() override;
   bool posts_in_order() const override { return ordered_; }
+  bool accepts_shorter_messages() const override { return shorter_; }
   void allreduce_sum_i64(int64_t* data, size_t count) override;
 
   // The Work of a coalesced group, filled in at group_end.
@@ -50,7 +53,8 @@ class C10dTransport final : public Transport {
   c10::Device device_;
   int rank_, size_;
   bool ordered_;
-  bool coalesce_;  // the device's backend supports coalescing (NCCL)
+  bool shorter_ = false;   // Gloo on CPU buffers, default posting
+  bool coalesce_ = false;  // the device's backend supports coalescing (NCCL)
   int depth_ = 0;                     // group_start/group_end nesting
   std::shared_ptr<GroupWork> group_;  // the open coalesced group (coalesce_ only)
 };

@@ -38,8 +38,8 @@ class Transport {
   // Messages between a pair of ranks are matched in posting order per tag;
   // the driver gives every message of one collective its own tag. NCCL ignores
   // tags and runs operations in posting order: for it the executor posts
-  // differently (see posts_in_order). A receive must be posted with
-  // the exact size of the message.
+  // differently (see posts_in_order). A receive is posted with the
+  // exact size of the message (or a larger one: see accepts_shorter_messages).
   virtual std::unique_ptr<Request> irecv(void* buf, size_t bytes, int src, uint32_t tag) = 0;
   virtual std::unique_ptr<Request> isend(const void* buf, size_t bytes, int dst, uint32_t tag) = 0;
 
@@ -55,6 +55,15 @@ class Transport {
   // and receive as one group, an order that runs under both (checked by
   // InprocWorld::nccl_stream_deadlock and nccl_order_violations).
   virtual bool posts_in_order() const { return false; }
+
+  // True when a receive may be posted for more bytes than its message has and
+  // a shorter message completes it (Gloo). The executor then sends a two-part
+  // message (lossless) as one message and posts its receive ahead for the
+  // largest size, reading the true size from the message's header. Otherwise
+  // the second part's receive can only be posted once the first part has told
+  // its size; Gloo sends a message only after its receive is posted, so that
+  // costs a round trip per block, queued behind the data on the link.
+  virtual bool accepts_shorter_messages() const { return false; }
 
   // Elementwise sum of small int64 vectors over all ranks (the header
   // exchange). Integer sums are exact in any order, so every rank gets the

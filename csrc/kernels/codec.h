@@ -10,7 +10,8 @@
 // A block message is a *static part*, whose size every rank knows from the
 // plan, followed by an optional *dynamic part* (lossless escapes), whose size
 // the receiver reads from the validated static part. Fixed-size codecs have
-// no dynamic part.
+// no dynamic part. The executor sends both parts as one transport message
+// where a receive may be posted for the largest size (Gloo), else as two.
 #pragma once
 
 #include <memory>

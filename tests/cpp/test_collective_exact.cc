@@ -268,5 +268,43 @@ TEST(Schedule, EveryMessageHasAMatchingReceiveOfTheSameBlock) {
   }
 }
 
+// A receive posted for more bytes than its message has: an error by default
+// (exact sizes, as NCCL needs), completed with the message's bytes when the
+// world accepts shorter messages (as Gloo does); a longer message is an error
+// either way.
+TEST(InprocTransport, ShorterMessagesCompleteALargerReceiveOnlyWhenAccepted) {
+  for (bool accept : {false, true}) {
+    InprocWorld world(2, std::chrono::seconds(10));
+    world.set_accepts_shorter_messages(accept);
+    std::vector<uint8_t> got(8, 0xEE);
+    bool shorter_failed = false, longer_failed = false;
+    world.run([&](int r, Transport& tr) {
+      EXPECT_EQ(tr.accepts_shorter_messages(), accept);
+      const uint8_t msg[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+      if (r == 0) {
+        tr.isend(msg, 5, 1, 7)->wait();
+        tr.isend(msg, 8, 1, 8)->wait();
+        return;
+      }
+      try {
+        tr.irecv(got.data(), 8, 0, 7)->wait();
+      } catch (const TransportError&) {
+        shorter_failed = true;
+      }
+      try {
+        tr.irecv(got.data(), 4, 0, 8)->wait();
+      } catch (const TransportError&) {
+        longer_failed = true;
+      }
+    });
+    EXPECT_EQ(shorter_failed, !accept);
+    EXPECT_TRUE(longer_failed);
+    if (accept) {
+      EXPECT_EQ(got, (std::vector<uint8_t>{1, 2, 3, 4, 5, 0xEE, 0xEE, 0xEE}));
+    }
+    EXPECT_EQ(world.messages_posted(), 2);
+  }
+}
+
 }  // namespace
 }  // namespace dynamiq

@@ -7,7 +7,9 @@ that path; DYNAMIQ_ORDERED_POSTING=1 forces it on CPU buckets over Gloo, which
 is how its path through C10dTransport runs here (no GPU). Every mode and
 topology must give bit-identical results and byte counts to the default
 posting, on 3 ranks (a ring of 3+, a folded butterfly, two-step) with blocks
-small enough that the default posting receives ahead.
+small enough that the default posting receives ahead. The default posting
+also sends lossless's two-part messages as one (Gloo completes a receive with
+a shorter message), the ordered one as two: the comparison covers both.
 """
 
 import torch
@@ -33,7 +35,7 @@ def _all(rank, world):
             stats = run_collective(x, name, cfg, "sum", seq)
             seq += 1
             out[(mode, topo)] = (x.view(torch.int32).tolist(), stats["bytes_sent"], stats["path"],
-                                 stats["ordered_posting"])
+                                 stats["ordered_posting"], stats["one_part_messages"])
     return out
 
 
@@ -42,9 +44,10 @@ def test_ordered_posting_equals_default_posting_over_gloo():
     ordered = run_ranks(_all, 3, timeout=300, env={"DYNAMIQ_ORDERED_POSTING": "1"})
     for rank in range(3):
         for key in default[rank]:
-            bits_d, sent_d, path_d, ord_d = default[rank][key]
-            bits_o, sent_o, path_o, ord_o = ordered[rank][key]
+            bits_d, sent_d, path_d, ord_d, one_d = default[rank][key]
+            bits_o, sent_o, path_o, ord_o, one_o = ordered[rank][key]
             assert (ord_d, ord_o) == (False, True), key
+            assert (one_d, one_o) == (True, False), key
             assert path_d == path_o == ("exact" if key[0] == "none" else "compressed"), key
             assert sent_d == sent_o, (key, rank, sent_d, sent_o)
             assert bits_d == bits_o, (key, rank)
