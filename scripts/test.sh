@@ -7,22 +7,24 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 export PATH="$PWD/.venv/bin:$PATH"
 JOBS=${JOBS:-2}
+# a stage header with the minutes since the start (set-up included), to see where CI time goes
+stage() { echo "== $1 [$((SECONDS / 60))m$((SECONDS % 60))s]"; }
 
-echo "== C++ (GoogleTest, torch-free; CUDA kernels compiled when nvcc is found, GPU tests skip without a GPU)"
+stage "C++ (GoogleTest, torch-free; CUDA kernels compiled when nvcc is found, GPU tests skip without a GPU)"
 cmake -S . -B build/cpp -G Ninja -DDYNAMIQ_BUILD_PYTHON=OFF -DDYNAMIQ_BUILD_TESTS=ON \
   -DDYNAMIQ_BUILD_BENCHMARKS=ON -DDYNAMIQ_CUDA=AUTO >build/cpp-configure.log 2>&1 \
   || { cat build/cpp-configure.log; exit 1; }
 ninja -C build/cpp -j "$JOBS" >build/cpp-build.log 2>&1 || { tail -60 build/cpp-build.log; exit 1; }
 build/cpp/dynamiq_tests --gtest_brief=1
 
-echo "== CUDA kernels and GPU tests on the CPU emulation of CUDA (threads of a block in index order, then reversed)"
+stage "CUDA kernels and GPU tests on the CPU emulation of CUDA (threads of a block in index order, then reversed)"
 build/cpp/dynamiq_cuda_emu_tests --gtest_brief=1
 DYNAMIQ_CUDA_EMU_ORDER=reverse build/cpp/dynamiq_cuda_emu_tests --gtest_brief=1
 
-echo "== C++ again with codec calls split over 2 threads (DYNAMIQ_CPU_THREADS=2; results must not change)"
+stage "C++ again with codec calls split over 2 threads (DYNAMIQ_CPU_THREADS=2; results must not change)"
 DYNAMIQ_CPU_THREADS=2 build/cpp/dynamiq_tests --gtest_brief=1 --gtest_filter='-FloatBitsSweep.*:Cuda*'
 
-echo "== C++ under AddressSanitizer + UBSan (all but the exhaustive float sweep; the GPU tests on the CUDA emulation)"
+stage "C++ under AddressSanitizer + UBSan (all but the exhaustive float sweep; the GPU tests on the CUDA emulation)"
 cmake -S . -B build/asan -G Ninja -DDYNAMIQ_BUILD_PYTHON=OFF -DDYNAMIQ_BUILD_TESTS=ON -DDYNAMIQ_CUDA=OFF \
   -DDYNAMIQ_ASAN=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo >build/asan-configure.log 2>&1 \
   || { cat build/asan-configure.log; exit 1; }
@@ -34,5 +36,6 @@ UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 build/asan/dynamiq_tests --gtes
 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 build/asan/dynamiq_cuda_emu_tests --gtest_brief=1 2>&1 \
   | grep -v "ASan doesn't fully support makecontext"
 
-echo "== Python (pytest, multi-process Gloo on loopback)"
-.venv/bin/python -m pytest tests/python -q "$@"
+stage "Python (pytest, multi-process Gloo on loopback)"
+.venv/bin/python -m pytest tests/python -q --durations=8 "$@"
+stage "all tests passed"
