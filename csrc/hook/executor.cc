@@ -256,7 +256,9 @@ void execute(Transport& tr, const Codec& codec, const Plan& plan, const BlockTab
     DQ_CHECK(buf->size >= sb, "codec produced fewer bytes than its static part");
     if (one_part(b)) {
       // the whole message at once (the receiver posted for its largest size)
-      timed(st.t_post, [&] { sends.push_back(PendingSend{tr.isend(buf->data(), buf->size, op.peer, op.tag), buf, -1}); });
+      timed(st.t_post, [&] {
+        sends.push_back(PendingSend{tr.isend(buf->data(), buf->size, op.peer, op.tag), buf, -1});
+      });
     } else if (!paired_recv(i)) {
       // both parts now: in one group (Gloo: no constraint), or on an ordered
       // transport one after the other, as the receiver posts them
