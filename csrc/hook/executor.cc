@@ -192,7 +192,7 @@ void execute(Transport& tr, const Codec& codec, const Plan& plan, const BlockTab
   const bool ordered = tr.posts_in_order();
   // Two-part messages travel as one where the transport allows (Gloo).
   // Both ends of a message decide alike from the block.
-  const bool one_part_transport = !ordered && tr.accepts_shorter_messages();
+  const bool one_part_transport = tr.sends_whole_messages();
   auto one_part = [&](const Block& b) { return one_part_transport && codec.max_dynamic_bytes(plan, b) > 0; };
   auto post_recv_at = [&](size_t idx) {
     const Op& op = prog.ops[idx];

@@ -146,7 +146,7 @@ py::dict run_all_reduce(std::optional<at::Tensor> tensor, const std::string& gro
     C10dTransport tr = C10dTransport::from_group_name(
         group_name, tensor && dev.is_cuda() ? tensor->device() : dev, ordered_posting_env());
     ordered = tr.posts_in_order();
-    one_part = !ordered && tr.accepts_shorter_messages();
+    one_part = tr.sends_whole_messages();
     s = all_reduce(tr, cfg, a);
   }
   py::dict d = stats_dict(s);

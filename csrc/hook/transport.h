@@ -64,6 +64,8 @@ class Transport {
   // its size; Gloo sends a message only after its receive is posted, so that
   // costs a round trip per block, queued behind the data on the link.
   virtual bool accepts_shorter_messages() const { return false; }
+  // The executor's resulting choice: two-part messages travel as one.
+  bool sends_whole_messages() const { return !posts_in_order() && accepts_shorter_messages(); }
 
   // Elementwise sum of small int64 vectors over all ranks (the header
   // exchange). Integer sums are exact in any order, so every rank gets the
