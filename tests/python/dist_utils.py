@@ -1,10 +1,19 @@
 """Running a function on N local processes joined by a process group (Gloo; NCCL for the GPU tests).
 
-`run_ranks(fn, world, *args)` spawns one process per rank, initialises
+`run_ranks(fn, world, *args)` starts one process per rank, initialises
 torch.distributed over a FileStore (no ports to collide), runs
 `fn(rank, world, *args)` and returns the per-rank results. A rank that raises
 makes `run_ranks` raise with that rank's traceback; ranks that do not finish
 within `timeout` seconds are killed and reported, so no test can hang.
+
+Rank processes come from a fork server that has imported torch and dynamiq
+once (multiprocessing's "forkserver" start method), not from a fresh
+interpreter each ("spawn"): importing torch costs ~2.5 s of CPU per process,
+and the suite starts a few hundred. The fork server is a clean process (it
+imports, it never runs a collective or starts a thread pool), and every
+setting the library reads from the environment (DYNAMIQ_CPU_THREADS,
+DYNAMIQ_CPU_ISA, DYNAMIQ_ORDERED_POSTING) is read at first use, after
+`_entry` has applied the test's `env`.
 """
 
 from __future__ import annotations
@@ -21,6 +30,19 @@ from typing import Any, Callable, List
 
 class RankFailure(AssertionError):
     pass
+
+
+_PRELOAD = ["torch", "torch.distributed", "numpy", "dynamiq", "dist_utils"]
+_context = None
+
+
+def _mp_context():
+    global _context
+    if _context is None:
+        ctx = mp.get_context("forkserver")
+        ctx.set_forkserver_preload(_PRELOAD)
+        _context = ctx
+    return _context
 
 
 class _PortableTensor:
@@ -92,7 +114,7 @@ def run_ranks(fn: Callable[..., Any], world: int, *args: Any, timeout: float = 1
     instead of raising. backend: the process group's ("nccl": rank r on GPU r;
     eager=True passes device_id so the communicators are made at init).
     """
-    ctx = mp.get_context("spawn")
+    ctx = _mp_context()
     q = ctx.Queue()
     tmp = tempfile.mkdtemp(prefix="dynamiq-test-")
     store = os.path.join(tmp, "store")
