@@ -7,7 +7,7 @@
 #   bash scripts/experiment.sh netbed         # emulated cluster, 1 and 10 Gbit/s, 2 and 4 ranks (root, ~10 min)
 #   bash scripts/experiment.sh vnmse          # the paper's error tables on real gradients (~10 min)
 #   bash scripts/experiment.sh topology       # vNMSE against world size 2..64 (~10 min)
-#   bash scripts/experiment.sh train          # time to accuracy, 4 ranks at 1 Gbit/s (root, ~25 min)
+#   bash scripts/experiment.sh train          # time to accuracy, 4 ranks at 1 Gbit/s (root, 25-45 min)
 # Extra arguments go to the experiment's script.
 set -euo pipefail
 cd "$(dirname "$0")/.."
