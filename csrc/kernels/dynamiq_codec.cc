@@ -169,6 +169,12 @@ DynamiqTables::DynamiqTables(const DynamiqParams& p) {
   for (int r = 0; r < 256; ++r) r255[size_t(r)] = float(double(r) / 255.0);
   offsets_.r255 = as_off<float>(push_array(image_, r255));
   view_ = rebased(image_.data());
+  for (int r = 0; r < 256; ++r) {
+    r255_rec_.push_back(r255[size_t(std::max(r - 1, 0))]);
+    r255_rec_.push_back(r255[size_t(r)]);
+    r255_rec_.push_back(r255[size_t(std::min(r + 1, 255))]);
+    r255_rec_.push_back(0.0f);
+  }
   for (int wi = 1; wi < 4; ++wi) {
     const DqLevels& lv = view_.lv[wi];
     for (int32_t c = 0; c < lv.ncells; ++c) {
@@ -317,7 +323,7 @@ namespace {
 
 // Per-call scratch: one super-group's worth of everything (stays in L1/L2).
 struct Work {
-  std::vector<float> tile, gmax, scale_e, inv_e, pi, ginv, g16;
+  std::vector<float> tile, gmax, scale_e, inv_e, pi, ginv, grun;
   std::vector<uint32_t> gr;
   std::vector<uint32_t> words, swords;
   std::vector<uint8_t> codes;
@@ -327,7 +333,7 @@ struct Work {
   const uint8_t* col8 = nullptr;  // byte column of the permutation table (3 <= n <= 8)
   explicit Work(int S, int G)
       : tile(size_t(S)), gmax(size_t(G)), scale_e(size_t(S)), inv_e(size_t(S)), pi(size_t(S)),
-        ginv(size_t(G)), g16(size_t(S / 16 + 1)), gr(size_t(G)), words(size_t(S)),
+        ginv(size_t(G)), grun(size_t(S / 8 + 1)), gr(size_t(G)), words(size_t(S)),
         swords(size_t(S)), codes(size_t(2 * S)), codes32(size_t(S)), a(size_t(S)), p(size_t(S)),
         j(size_t(S)) {}
 };
@@ -710,17 +716,23 @@ void fill_strata_avx2(const PermParams& pp, const uint8_t* col8, int S,
 // The value passes of encode_sg (dq_sign, dq_normalise, dq_bracket<B>, dq_frac,
 // dq_round_up, dq_code<B>) and the planar packing in one AVX2 loop, for
 // B in {2, 4, 8} and nb = S*B/8 a multiple of 32: each iteration makes 32 code
-// bytes from the P = 8/B vectors of 8 elements that share them. pi == nullptr:
-// not correlated (strata 0). recp: DynamiqTables::cell_rec of width B (used by
-// B = 8: its bracket search reads the cell's 16-byte record with plain loads;
-// on the Zen 3 guest that was 0.6 ns/element faster than four 64-bit gathers).
-template <int B>
-void encode_values_avx2(const DqLevels& lv, const uint32_t* __restrict recp, const DqRounding& rd,
-                        int S, const float* __restrict t, const float* __restrict inv_e,
-                        const float* __restrict pi, const uint32_t* __restrict w,
-                        uint8_t* __restrict out) {
+// bytes from the P = 8/B vectors of 8 elements that share them.
+// gv[i >> rs]: 1/normaliser of the 8 elements from i (rs = 3 or 4: one value
+// per 8- or 16-element run; s a multiple of 8, see per_run). w: the S/2 32-bit
+// value words unexpanded (element i < S/2 takes the low half of w[i], i >= S/2
+// the high half of w[i - S/2]: dq_value_word), read when kStoch; pi (strata)
+// read when kCorr. recp: DynamiqTables::cell_rec of width B (B = 8's bracket
+// search reads the cell's 16-byte record and cell[c] with plain loads: on the
+// Zen 3 guest 8-wide gathers cost more than 8 loads and inserts).
+template <int B, bool kStoch, bool kCorr>
+void encode_values_avx2_t(const DqLevels& lv, const uint32_t* __restrict recp, const DqRounding& rd,
+                          int S, const float* __restrict t, const float* __restrict gv, int rs,
+                          const float* __restrict pi, const uint32_t* __restrict w,
+                          uint8_t* __restrict out) {
   constexpr int P = 8 / B;
   const int nb = S / P;
+  const int h = S / 2;
+  const __m256i mid = _mm256_set1_epi32(0x8000), himask = _mm256_set1_epi32(int(0xffff0000u));
   const __m256i absmask = _mm256_set1_epi32(0x7fffffff);
   const __m256i one_bits = _mm256_set1_epi32(0x3f800000);
   const __m256 zero = _mm256_setzero_ps();
@@ -728,8 +740,7 @@ void encode_values_avx2(const DqLevels& lv, const uint32_t* __restrict recp, con
   const __m256 Kv = _mm256_set1_ps(K);
   const __m256 nK = _mm256_set1_ps(rd.nf * K);
   const __m256 halfK = _mm256_set1_ps(0.5f * K);
-  const __m256i gshift = _mm256_set1_epi32(int(rd.gshift));
-  const bool stoch = rd.stochastic;
+  const __m128i gshift = _mm_cvtsi32_si128(int(rd.gshift));
   const __m256i signbit = _mm256_set1_epi32(1 << (B - 1));
   // width 4: levels and inverse gaps in registers (j <= 6)
   __m256 lv8 = zero, ig8 = zero;
@@ -748,12 +759,12 @@ void encode_values_avx2(const DqLevels& lv, const uint32_t* __restrict recp, con
   const __m256i clast = _mm256_set1_epi32(lv.ncells - 1);
   const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
 
-  auto code8 = [&](int i) -> __m256i {
+  auto code8 = [&]<bool kHi>(int i) -> __m256i {
     const __m256 x = _mm256_loadu_ps(t + i);
     const __m256 negm = _mm256_cmp_ps(x, zero, _CMP_LT_OQ);  // dq_sign
     const __m256 ax = _mm256_and_ps(x, _mm256_castsi256_ps(absmask));
-    const __m256i ab =
-        _mm256_min_epu32(_mm256_castps_si256(_mm256_mul_ps(ax, _mm256_loadu_ps(inv_e + i))), one_bits);
+    const __m256i ab = _mm256_min_epu32(
+        _mm256_castps_si256(_mm256_mul_ps(ax, _mm256_broadcast_ss(gv + (i >> rs)))), one_bits);
     const __m256 a = _mm256_castsi256_ps(ab);
     __m256i j;
     __m256 p;
@@ -771,9 +782,17 @@ void encode_values_avx2(const DqLevels& lv, const uint32_t* __restrict recp, con
       c = _mm256_min_epi32(c, clast);
       // j = cell[c] by one gather; the cell's record (next, level[j], invgap[j],
       // invgap[j + 1]) by 8 16-byte loads and a 4x4 transpose per 128-bit lane
-      j = _mm256_i32gather_epi32(lv.cell, c, 4);
       alignas(32) int32_t ci[8];
       _mm256_store_si256(reinterpret_cast<__m256i*>(ci), c);
+      const int32_t* cl = lv.cell;
+      __m128i jl = _mm_cvtsi32_si128(cl[ci[0]]), jh = _mm_cvtsi32_si128(cl[ci[4]]);
+      jl = _mm_insert_epi32(jl, cl[ci[1]], 1);
+      jh = _mm_insert_epi32(jh, cl[ci[5]], 1);
+      jl = _mm_insert_epi32(jl, cl[ci[2]], 2);
+      jh = _mm_insert_epi32(jh, cl[ci[6]], 2);
+      jl = _mm_insert_epi32(jl, cl[ci[3]], 3);
+      jh = _mm_insert_epi32(jh, cl[ci[7]], 3);
+      j = _mm256_inserti128_si256(_mm256_castsi128_si256(jl), jh, 1);
       auto rec2 = [&](int k) {
         const __m128 lo = _mm_loadu_ps(reinterpret_cast<const float*>(recp + 4 * ci[k]));
         const __m128 hi = _mm_loadu_ps(reinterpret_cast<const float*>(recp + 4 * ci[k + 4]));
@@ -793,30 +812,64 @@ void encode_values_avx2(const DqLevels& lv, const uint32_t* __restrict recp, con
     }
     // dq_round_up, scaled by K = 1/gscale (exact: see encode_values_avx512)
     __m256 vK = halfK;
-    if (stoch) {
-      const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + i));
-      vK = _mm256_cvtepi32_ps(_mm256_srlv_epi32(wv, gshift));
+    if constexpr (kStoch) {
+      const __m256i wv =
+          !kHi ? _mm256_or_si256(
+                     _mm256_slli_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + i)), 16), mid)
+               : _mm256_or_si256(
+                     _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + i - h)), himask),
+                     mid);
+      vK = _mm256_cvtepi32_ps(_mm256_srl_epi32(wv, gshift));
     }
-    if (pi) vK = _mm256_fmadd_ps(_mm256_loadu_ps(pi + i), Kv, vK);
+    if constexpr (kCorr) vK = _mm256_fmadd_ps(_mm256_loadu_ps(pi + i), Kv, vK);
     const __m256 side = _mm256_blendv_ps(vK, _mm256_sub_ps(nK, vK), negm);
     const __m256 up = _mm256_cmp_ps(side, _mm256_mul_ps(p, nK), _CMP_LT_OQ);
     j = _mm256_sub_epi32(j, _mm256_castps_si256(up));
     return _mm256_or_si256(j, _mm256_and_si256(_mm256_castps_si256(negm), signbit));
   };
 
+  // element i takes the low half of its word when i < h: for P >= 2 that is
+  // jp < P/2 (nb = S/P), for P = 1 the first h positions
+  auto codeq = [&](int k) -> __m256i {
+    if constexpr (P == 1) {
+      return k < h ? code8.template operator()<false>(k) : code8.template operator()<true>(k);
+    } else if constexpr (P == 2) {
+      return _mm256_or_si256(code8.template operator()<false>(k),
+                             _mm256_slli_epi32(code8.template operator()<true>(k + nb), B));
+    } else {
+      static_assert(P == 4, "widths 2, 4, 8");
+      const __m256i c01 = _mm256_or_si256(code8.template operator()<false>(k),
+                                          _mm256_slli_epi32(code8.template operator()<false>(k + nb), B));
+      const __m256i c23 = _mm256_or_si256(_mm256_slli_epi32(code8.template operator()<true>(k + 2 * nb), 2 * B),
+                                          _mm256_slli_epi32(code8.template operator()<true>(k + 3 * nb), 3 * B));
+      return _mm256_or_si256(c01, c23);
+    }
+  };
   for (int kb = 0; kb < nb; kb += 32) {
     __m256i acc[4];
-    for (int q = 0; q < 4; ++q) {
-      const int k = kb + 8 * q;
-      __m256i c = code8(k);
-      for (int jp = 1; jp < P; ++jp) c = _mm256_or_si256(c, _mm256_slli_epi32(code8(k + jp * nb), jp * B));
-      acc[q] = c;
-    }
+    for (int q = 0; q < 4; ++q) acc[q] = codeq(kb + 8 * q);
     const __m256i ab = _mm256_packus_epi32(acc[0], acc[1]);
     const __m256i cd = _mm256_packus_epi32(acc[2], acc[3]);
     const __m256i bytes = _mm256_permutevar8x32_epi32(_mm256_packus_epi16(ab, cd), order);
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + kb), bytes);
   }
+}
+
+template <int B>
+void encode_values_avx2(const DqLevels& lv, const uint32_t* __restrict recp, const DqRounding& rd,
+                        int S, const float* __restrict t, const float* __restrict gv, int rs,
+                        const float* __restrict pi, const uint32_t* __restrict w,
+                        uint8_t* __restrict out) {
+  auto go = [&](auto stoch, auto corr) {
+    encode_values_avx2_t<B, decltype(stoch)::value, decltype(corr)::value>(lv, recp, rd, S, t, gv, rs,
+                                                                          pi, w, out);
+  };
+  using T = std::true_type;
+  using F = std::false_type;
+  if (rd.stochastic)
+    pi ? go(T(), T()) : go(T(), F());
+  else
+    pi ? go(F(), T()) : go(F(), F());
 }
 #endif
 
@@ -1060,8 +1113,9 @@ DQ_AVX512_FN void decode_values_avx512(const float* __restrict dec, const uint8_
 #endif
 
 #if defined(__AVX2__)
-// dq_group_scale_up for groups [0, G8) (G8 a multiple of 8): codes into rk, 1/normaliser into ik.
-void group_scales_up_avx2(const float* __restrict gmax, float Msg, const float* __restrict r255,
+// dq_group_scale_up for groups [0, G8) (G8 a multiple of 8): codes into rk,
+// 1/normaliser into ik. rrec: DynamiqTables::r255_rec.
+void group_scales_up_avx2(const float* __restrict gmax, float Msg, const float* __restrict rrec,
                           int G8, uint32_t* __restrict rk, float* __restrict ik) {
   const int32_t mb = int32_t(f32_bits(Msg));
   const __m256 Mq = _mm256_set1_ps(bits_f32(mb > 0 ? uint32_t(mb) : 0x3f800000u));
@@ -1079,15 +1133,23 @@ void group_scales_up_avx2(const float* __restrict gmax, float Msg, const float* 
     __m256i r = _mm256_cvttps_epi32(_mm256_castsi256_ps(tb));  // floor (t >= 0)
     r = _mm256_sub_epi32(r, _mm256_cmpgt_epi32(tb, _mm256_castps_si256(_mm256_cvtepi32_ps(r))));
     r = _mm256_min_epi32(r, c255);
-    // The fix-ups of dq_group_scale_up read R255 at r, r-1 (or r after the
-    // step up) and the final r in {r-1, r, r+1}: all three gathered at once
-    // (one gather latency on the per-SG critical path instead of three).
-    const __m256i one_i = _mm256_set1_epi32(1);
-    const __m256i s0 = _mm256_castps_si256(_mm256_mul_ps(_mm256_i32gather_ps(r255, r, 4), Mq));
-    const __m256i sm = _mm256_castps_si256(_mm256_mul_ps(
-        _mm256_i32gather_ps(r255, _mm256_max_epi32(_mm256_sub_epi32(r, one_i), zero), 4), Mq));
-    const __m256i sp = _mm256_castps_si256(_mm256_mul_ps(
-        _mm256_i32gather_ps(r255, _mm256_min_epi32(_mm256_add_epi32(r, one_i), c255), 4), Mq));
+    // The fix-ups of dq_group_scale_up read R255 at r, r - 1 (or r after the
+    // step up) and the final r in {r - 1, r, r + 1}: all three from r's
+    // 16-byte record (r255_rec), by 8 plain loads and a 4x4 transpose per
+    // 128-bit lane (on the Zen 3 guest three 8-wide gathers cost more).
+    alignas(32) int32_t ri[8];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(ri), r);
+    auto rec2 = [&](int q) {
+      const __m128 lo = _mm_loadu_ps(rrec + 4 * ri[q]);
+      const __m128 hi = _mm_loadu_ps(rrec + 4 * ri[q + 4]);
+      return _mm256_insertf128_ps(_mm256_castps128_ps256(lo), hi, 1);
+    };
+    const __m256 q0 = rec2(0), q1 = rec2(1), q2 = rec2(2), q3 = rec2(3);
+    const __m256 u0 = _mm256_unpacklo_ps(q0, q1), u1 = _mm256_unpackhi_ps(q0, q1);
+    const __m256 u2 = _mm256_unpacklo_ps(q2, q3), u3 = _mm256_unpackhi_ps(q2, q3);
+    const __m256i sm = _mm256_castps_si256(_mm256_mul_ps(_mm256_shuffle_ps(u0, u2, 0x44), Mq));
+    const __m256i s0 = _mm256_castps_si256(_mm256_mul_ps(_mm256_shuffle_ps(u0, u2, 0xEE), Mq));
+    const __m256i sp = _mm256_castps_si256(_mm256_mul_ps(_mm256_shuffle_ps(u1, u3, 0x44), Mq));
     // up: r < 255 and R255[r]*M < g
     const __m256i up = _mm256_and_si256(_mm256_cmpgt_epi32(c255, r), _mm256_cmpgt_epi32(gb, s0));
     const __m256i r1 = _mm256_sub_epi32(r, up);
@@ -1204,10 +1266,11 @@ uint32_t group_max_avx2(const float* __restrict t, int G, int s, float* __restri
 
 #if defined(__AVX2__)
 // The value loop of decode_sg for B in {2, 4, 8} and nb = S*B/8 a multiple of 8:
-// tile = fma(decode[code], sc, base) (base != nullptr) or decode[code] * sc.
+// tile = fma(decode[code], scale, base) (base != nullptr) or decode[code] * scale,
+// scale = gv[i >> rs] for the 8 elements from i (per_run: s a multiple of 8).
 template <int B>
 void decode_values_avx2(const float* __restrict dec, const uint8_t* __restrict codes, int S,
-                        const float* __restrict sc, const float* __restrict base,
+                        const float* __restrict gv, int rs, const float* __restrict base,
                         float* __restrict tile) {
   constexpr int P = 8 / B;
   const int nb = S / P;
@@ -1232,9 +1295,20 @@ void decode_values_avx2(const float* __restrict dec, const uint8_t* __restrict c
         d = _mm256_blendv_ps(_mm256_permutevar8x32_ps(t0, c), _mm256_permutevar8x32_ps(t1, c),
                              _mm256_castsi256_ps(_mm256_slli_epi32(c, 28)));
       } else {
-        d = _mm256_i32gather_ps(dec, c, 4);
+        // 8 scalar loads (an 8-wide gather was slower on the Zen 3 guest)
+        uint64_t cb;
+        std::memcpy(&cb, codes + k, 8);
+        __m128 lo = _mm_load_ss(dec + (cb & 0xff));
+        __m128 hi = _mm_load_ss(dec + ((cb >> 32) & 0xff));
+        lo = _mm_insert_ps(lo, _mm_load_ss(dec + ((cb >> 8) & 0xff)), 0x10);
+        hi = _mm_insert_ps(hi, _mm_load_ss(dec + ((cb >> 40) & 0xff)), 0x10);
+        lo = _mm_insert_ps(lo, _mm_load_ss(dec + ((cb >> 16) & 0xff)), 0x20);
+        hi = _mm_insert_ps(hi, _mm_load_ss(dec + ((cb >> 48) & 0xff)), 0x20);
+        lo = _mm_insert_ps(lo, _mm_load_ss(dec + ((cb >> 24) & 0xff)), 0x30);
+        hi = _mm_insert_ps(hi, _mm_load_ss(dec + (cb >> 56)), 0x30);
+        d = _mm256_insertf128_ps(_mm256_castps128_ps256(lo), hi, 1);
       }
-      const __m256 s8 = _mm256_loadu_ps(sc + i);
+      const __m256 s8 = _mm256_broadcast_ss(gv + (i >> rs));
       if (base)
         _mm256_storeu_ps(tile + i, _mm256_fmadd_ps(d, s8, _mm256_loadu_ps(base + i)));
       else
@@ -1262,10 +1336,25 @@ inline void broadcast_groups(const float* __restrict v, int G, int s, float* __r
 // One value per 16-element run from per-group values (s a multiple of 16):
 // the group values themselves when s = 16 (no copy: a copy loop with one
 // iteration per group cost more than the division it replaces), else each
-// repeated s/16 times in buf.
+// repeated s/16 times in buf (S/16 entries).
 inline const float* per_run16(const float* v, int G, int s, float* buf) {
   if (s == 16) return v;
   broadcast_groups(v, G, s / 16, buf);
+  return buf;
+}
+
+// One value per run of 2^rs elements (s a multiple of 8): runs of 16 when s is
+// a multiple of 16 (per_run16), else of 8 (v itself when s = 8, else each
+// value repeated s/8 times in buf, S/8 entries). Run r covers elements
+// [r << rs, (r + 1) << rs).
+inline const float* per_run(const float* v, int G, int s, float* buf, int& rs) {
+  if (s % 16 == 0) {
+    rs = 4;
+    return per_run16(v, G, s, buf);
+  }
+  rs = 3;
+  if (s == 8) return v;
+  broadcast_groups(v, G, s / 8, buf);
   return buf;
 }
 
@@ -1359,11 +1448,11 @@ void encode_sg(const Ctx& cx, const DqRounding& rd, int64_t src, Work& ws, uint8
     const bool bad = mbits >= 0x7f800000u;
     const float M = bits_f32(mbits);
     // fast: the fused AVX2/AVX-512 value loop applies (it reads w only when
-    // stochastic and pi only when correlated). v512: the AVX-512 one, which reads
-    // one 1/normaliser per 16-element run (s a multiple of 16: one group per
-    // vector) and the 16-bit words unexpanded.
+    // stochastic and pi only when correlated, the 16-bit words unexpanded, and
+    // one 1/normaliser per 8-element run (AVX2) or 16-element run (AVX-512,
+    // s a multiple of 16: one group per vector).
 #if defined(__AVX2__)
-    const bool fast = B >= 2 && (S * B / 8) % 32 == 0;
+    const bool fast = B >= 2 && (S * B / 8) % 32 == 0 && s % 8 == 0;
 #else
     constexpr bool fast = false;
 #endif
@@ -1413,7 +1502,7 @@ void encode_sg(const Ctx& cx, const DqRounding& rd, int64_t src, Work& ws, uint8
 #if defined(__AVX2__)
         {
           const int k8 = G - (G - k0) % 8;
-          group_scales_up_avx2(gmax + k0, Msg, r255, k8 - k0, rk + k0, ik + k0);
+          group_scales_up_avx2(gmax + k0, Msg, cx.tables.r255_rec(), k8 - k0, rk + k0, ik + k0);
           k0 = k8;
         }
 #endif
@@ -1438,8 +1527,8 @@ void encode_sg(const Ctx& cx, const DqRounding& rd, int64_t src, Work& ws, uint8
       }
       codes_out = out + 2 * G;
     }
-    // per-element 1/normaliser for the loops that read one (not the AVX-512 one)
-    if (!v512) broadcast_groups(ws.ginv.data(), G, s, inv_e);
+    // per-element 1/normaliser for the portable passes
+    if (!fast) broadcast_groups(ws.ginv.data(), G, s, inv_e);
     // random words: private (value rounding) and shared (strata)
     uint32_t* __restrict w = ws.words.data();
     float* __restrict pi = ws.pi.data();
@@ -1447,7 +1536,7 @@ void encode_sg(const Ctx& cx, const DqRounding& rd, int64_t src, Work& ws, uint8
       // S/8 Philox calls give S/2 words; each word's low half rounds element
       // k < S/2 and its high half element k + S/2 (dq_value_word)
       fill_words(rd.key, uint64_t(src) * uint64_t(S / 8), kPurposeValue, rd.rank, S / 2, w);
-      if (!v512) expand_u16_words(S, w);
+      if (!fast) expand_u16_words(S, w);
     } else if (!fast) {
       for (int i = 0; i < S; ++i) w[i] = 0;
     }
@@ -1461,12 +1550,14 @@ void encode_sg(const Ctx& cx, const DqRounding& rd, int64_t src, Work& ws, uint8
         if (v512) {
           encode_values_avx512<B>(lv, cx.tables.cell_pair(wi), cx.tables.level_pair(wi),
                                   cx.tables.width4_regs(), rd, S, t,
-                                  per_run16(ws.ginv.data(), G, s, ws.g16.data()),
+                                  per_run16(ws.ginv.data(), G, s, ws.grun.data()),
                                   rd.correlated ? pi : nullptr, w, codes_out);
           return;
         }
 #endif
-        encode_values_avx2<B>(lv, cx.tables.cell_rec(wi), rd, S, t, inv_e,
+        int rs = 0;
+        const float* gv = per_run(ws.ginv.data(), G, s, ws.grun.data(), rs);
+        encode_values_avx2<B>(lv, cx.tables.cell_rec(wi), rd, S, t, gv, rs,
                               rd.correlated ? pi : nullptr, w, codes_out);
         return;
       }
@@ -1541,20 +1632,22 @@ void decode_sg(const Ctx& cx, const uint8_t* in, const float* __restrict base, W
     if constexpr (B >= 2) {
       // one group per 16-lane vector: one scale per 16-element run, broadcast in the loop
       if (nb % 16 == 0 && s % 16 == 0 && cpu_avx512()) {
-        decode_values_avx512<B>(dec, codes, S, per_run16(gsc, G, s, ws.g16.data()), base, tile);
+        decode_values_avx512<B>(dec, codes, S, per_run16(gsc, G, s, ws.grun.data()), base, tile);
+        return;
+      }
+    }
+#endif
+#if defined(__AVX2__)
+    if constexpr (B >= 2) {
+      if (nb % 8 == 0 && s % 8 == 0) {
+        int rs = 0;
+        const float* gv = per_run(gsc, G, s, ws.grun.data(), rs);
+        decode_values_avx2<B>(dec, codes, S, gv, rs, base, tile);
         return;
       }
     }
 #endif
     broadcast_groups(gsc, G, s, sc);
-#if defined(__AVX2__)
-    if constexpr (B >= 2) {
-      if (nb % 8 == 0) {
-        decode_values_avx2<B>(dec, codes, S, sc, base, tile);
-        return;
-      }
-    }
-#endif
     for (int j = 0; j < P; ++j) {
       float* __restrict tj = tile + j * nb;
       const float* __restrict sj = sc + j * nb;

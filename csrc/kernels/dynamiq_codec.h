@@ -78,6 +78,7 @@ class DynamiqTables {
       level_pair_[wi] = o.level_pair_[wi];
       cell_rec_[wi] = o.cell_rec_[wi];
     }
+    r255_rec_ = o.r255_rec_;
     w4_ = o.w4_;
   }
   DynamiqTables& operator=(const DynamiqTables& o) {
@@ -104,6 +105,10 @@ class DynamiqTables {
   // or 0x7f800000 when j = m - 1 (no step past the last bracket), bits of
   // level[j], bits of invgap[j], bits of invgap[j + 1] or 0 when j = m - 1).
   const uint32_t* cell_rec(int wi) const { return cell_rec_[wi].data(); }
+  // CPU-only: r255_rec[4 r .. 4 r + 3] = (r255[max(r - 1, 0)], r255[r],
+  // r255[min(r + 1, 255)], 0), r < 256: the three values the round-up group
+  // scale reads around its first guess r, in one 16-byte load (the AVX2 loop).
+  const float* r255_rec() const { return r255_rec_.data(); }
   // CPU-only: width 4's bracket search as two 32-entry register tables (the
   // AVX-512 loop looks them up with vpermt2d instead of comparing against
   // every level), usable when its cells below 1.0 number at most 32
@@ -127,6 +132,7 @@ class DynamiqTables {
   DqTables view_;
   std::vector<uint64_t> cell_pair_[4], level_pair_[4];
   std::vector<uint32_t> cell_rec_[4];
+  std::vector<float> r255_rec_;
   Width4Regs w4_;
 };
 

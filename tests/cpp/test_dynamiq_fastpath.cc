@@ -371,8 +371,11 @@ void every_kernel_default_format() {
 
 void other_formats_and_fallbacks() {
   // (S, s): nb % 32 != 0 for small S (portable packing), s % 8 != 0 (portable
-  // group maxima), G % 8 != 0 (scalar group-scale tail), fp16 buckets.
-  const int formats[][2] = {{64, 8}, {24, 8}, {96, 12}, {80, 16}, {512, 32}, {256, 8}, {128, 16}};
+  // group maxima; with nb % 32 == 0 at S = 384 also the portable value
+  // passes), G % 8 != 0 (scalar group-scale tail), one scale per 8-element run
+  // repeated (s = 24) or not (s = 8), fp16 buckets.
+  const int formats[][2] = {{64, 8},   {24, 8},  {96, 12},  {80, 16}, {512, 32},
+                            {256, 8},  {128, 16}, {384, 12}, {384, 24}};
   const std::vector<std::vector<uint8_t>> mixes = {{8, 4, 2, 16, 1}, {2, 4}, {8}};
   uint64_t seed = 1000;
   for (const auto& fs : formats)
