@@ -675,16 +675,40 @@ void fill_strata_avx2(const PermParams& pp, const uint8_t* col8, int S,
       const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sw + i));
       _mm256_storeu_ps(pi + i, _mm256_cvtepi32_ps(_mm256_xor_si256(r, _mm256_srli_epi32(w, 31))));
     }
-  } else if (pp.n <= uint32_t(kPermTableMaxN)) {
-    // byte column (perm_table_column8): 32-bit loads at byte offsets, low byte kept
-    const int* col = reinterpret_cast<const int*>(col8);
+  } else if (pp.n <= 4u) {
+    // n! <= 24 entries of the byte column (perm_table_column8) in two 16-byte
+    // shuffle tables (entries 0-15, 16-31) repeated in both 128-bit lanes;
+    // m < 32 sits in each lane's low byte (the other bytes are 0 and pick
+    // entry 0, masked off), bit 4 of m picks the table
+    alignas(16) uint8_t t[32] = {0};
+    for (uint32_t k = 0; k < pp.nfact; ++k) t[k] = col8[k];
+    const __m256i t0 = _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(t)));
+    const __m256i t1 = _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(t + 16)));
     const __m256i nf = _mm256_set1_epi32(int(pp.nfact));
     const __m256i lo = _mm256_set1_epi32(0xff);
     for (int i = 0; i < S; i += 8) {
       const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sw + i));
-      const __m256i m = mulhi_epu32(w, nf);  // < n! <= 40320
-      const __m256i v = _mm256_and_si256(_mm256_i32gather_epi32(col, m, 1), lo);
-      _mm256_storeu_ps(pi + i, _mm256_cvtepi32_ps(v));
+      const __m256i m = mulhi_epu32(w, nf);  // < n! <= 24
+      const __m256i hi = _mm256_slli_epi32(m, 3);  // bit 4 -> bit 7 of the low byte
+      const __m256i v = _mm256_blendv_epi8(_mm256_shuffle_epi8(t0, m), _mm256_shuffle_epi8(t1, m), hi);
+      _mm256_storeu_ps(pi + i, _mm256_cvtepi32_ps(_mm256_and_si256(v, lo)));
+    }
+  } else if (pp.n <= uint32_t(kPermTableMaxN)) {
+    // byte column (perm_table_column8), n! <= 40320 entries: 8 byte loads per
+    // vector (an 8-wide gather was slower on the Zen 3 guest)
+    const __m256i nf = _mm256_set1_epi32(int(pp.nfact));
+    for (int i = 0; i < S; i += 8) {
+      const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sw + i));
+      alignas(32) uint32_t m[8];
+      _mm256_store_si256(reinterpret_cast<__m256i*>(m), mulhi_epu32(w, nf));
+      __m128i a = _mm_cvtsi32_si128(col8[m[0]]), b = _mm_cvtsi32_si128(col8[m[4]]);
+      a = _mm_insert_epi32(a, col8[m[1]], 1);
+      b = _mm_insert_epi32(b, col8[m[5]], 1);
+      a = _mm_insert_epi32(a, col8[m[2]], 2);
+      b = _mm_insert_epi32(b, col8[m[6]], 2);
+      a = _mm_insert_epi32(a, col8[m[3]], 3);
+      b = _mm_insert_epi32(b, col8[m[7]], 3);
+      _mm256_storeu_ps(pi + i, _mm256_cvtepi32_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(a), b, 1)));
     }
   } else {
     constexpr int NV = 4;
