@@ -804,8 +804,9 @@ void encode_values_avx2_t(const DqLevels& lv, const uint32_t* __restrict recp, c
       __m256i c = _mm256_sra_epi32(_mm256_sub_epi32(ab, cbase), cshift);
       c = _mm256_max_epi32(c, _mm256_setzero_si256());
       c = _mm256_min_epi32(c, clast);
-      // j = cell[c] by one gather; the cell's record (next, level[j], invgap[j],
-      // invgap[j + 1]) by 8 16-byte loads and a 4x4 transpose per 128-bit lane
+      // j = cell[c] by 8 scalar loads; the cell's record (next, level[j],
+      // invgap[j], invgap[j + 1]) by 8 16-byte loads and a 4x4 transpose per
+      // 128-bit lane
       alignas(32) int32_t ci[8];
       _mm256_store_si256(reinterpret_cast<__m256i*>(ci), c);
       const int32_t* cl = lv.cell;
