@@ -144,4 +144,14 @@ struct DTypeTraits<DType::kF16> {
     throw ::dynamiq::Error("unsupported dtype");                    \
   }()
 
+// 1/d when d is a positive normal power of two 2^k (1/d = 2^-k is exact): then
+// v * (1/d) and v / d are the same correctly rounded value for every float v
+// and the multiply is cheaper (a vector division costs ~3x a multiply on the
+// x86 guests here); 0 otherwise (divide).
+inline float exact_reciprocal(float d) {
+  const uint32_t b = f32_bits(d);
+  const bool pow2 = (b & 0x007fffffu) == 0 && b > 0 && b < 0x7f800000u;  // positive normal 2^k
+  return pow2 ? 1.0f / d : 0.0f;
+}
+
 }  // namespace dynamiq

@@ -103,7 +103,11 @@ void IdentityCodec::decompress(const uint8_t* in, size_t in_bytes, const Plan& p
       if (static_cast<const void*>(dst) != static_cast<const void*>(src)) std::memmove(dst, src, bytes);
     } else {
       const float d = y.divisor;
-      for (int64_t i = 0; i < s.e1 - s.e0; ++i) Tr::store(dst, i, Tr::load(src, i) / d);
+      const float r = exact_reciprocal(d);  // same values, a multiply instead of a division
+      if (r != 0.0f)
+        for (int64_t i = 0; i < s.e1 - s.e0; ++i) Tr::store(dst, i, Tr::load(src, i) * r);
+      else
+        for (int64_t i = 0; i < s.e1 - s.e0; ++i) Tr::store(dst, i, Tr::load(src, i) / d);
     }
   });
 }

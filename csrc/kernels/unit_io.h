@@ -39,12 +39,15 @@ inline void store_unit_t(const Output& y, const Plan& plan, int64_t w, const flo
   auto* p = static_cast<typename Tr::storage*>(y.bucket) + plan.unit_elem_begin(s);
   const bool add = !plan.bias.empty();
   const float b = add ? y.bias_scale * plan.bias[size_t(s)] : 0.0f;
-  const bool div = y.divisor != 1.0f;
-  for (int64_t i = 0; i < cnt; ++i) {
-    float v = tile[i];
-    if (add) v += b;
-    if (div) v /= y.divisor;
-    Tr::store(p, i, v);
+  const float d = y.divisor;
+  const float r = exact_reciprocal(d);
+  // one loop per case, so each vectorises without a per-element branch
+  if (d == 1.0f) {
+    for (int64_t i = 0; i < cnt; ++i) Tr::store(p, i, add ? tile[i] + b : tile[i]);
+  } else if (r != 0.0f) {
+    for (int64_t i = 0; i < cnt; ++i) Tr::store(p, i, (add ? tile[i] + b : tile[i]) * r);
+  } else {
+    for (int64_t i = 0; i < cnt; ++i) Tr::store(p, i, (add ? tile[i] + b : tile[i]) / d);
   }
 }
 

@@ -177,5 +177,38 @@ TEST(FloatBitsSweep, F32ToBf16EveryFifthPatternAgainstDoubleRounding) {
   EXPECT_EQ(mismatches, 0u);
 }
 
+// exact_reciprocal: nonzero exactly for positive normal powers of two, and
+// there v * r is bit-identical to v / d (what the store paths rely on) for
+// every sign and exponent of v, denormals, zeros, infinities and NaN included.
+TEST(FloatBits, ExactReciprocalOnlyForPowersOfTwoAndThenEqualToDivision) {
+  for (float d : {3.0f, 5.0f, 6.0f, 12.0f, 1.5f, 0.75f, 0.0f, -2.0f, -4.0f, 1e-45f, INFINITY, NAN})
+    EXPECT_EQ(exact_reciprocal(d), 0.0f) << d;
+  uint64_t x = 0x9e3779b97f4a7c15ull;
+  size_t mismatches = 0, checked = 0;
+  for (int k = -126; k <= 127; ++k) {
+    const float d = std::ldexp(1.0f, k);
+    const float r = exact_reciprocal(d);
+    ASSERT_NE(r, 0.0f) << "2^" << k;
+    for (int i = 0; i < 4000; ++i) {
+      x ^= x << 13;
+      x ^= x >> 7;
+      x ^= x << 17;
+      uint32_t vb = uint32_t(x >> 32);
+      if (i < 8) vb = (i & 1 ? 0x80000000u : 0u) | uint32_t(i / 2) * 0x7f800000u / 3u;  // 0, small, ...
+      if (i == 8) vb = 0x7f800000u;                                                    // inf
+      if (i == 9) vb = 0x00000001u;                                                    // smallest denormal
+      const float v = bits_f32(vb);
+      const float a = v * r, b = v / d;
+      if (std::isnan(b)) {
+        mismatches += !std::isnan(a);
+      } else {
+        mismatches += f32_bits(a) != f32_bits(b);
+      }
+      ++checked;
+    }
+  }
+  EXPECT_EQ(mismatches, 0u) << "of " << checked;
+}
+
 }  // namespace
 }  // namespace dynamiq
