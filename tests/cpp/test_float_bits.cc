@@ -18,6 +18,10 @@
 
 #include "kernels/float_bits.h"
 
+#if defined(__SSE__)
+#include <immintrin.h>
+#endif
+
 namespace dynamiq {
 namespace {
 
@@ -69,7 +73,7 @@ TEST(FloatBits, F16ToF32ExhaustiveMatchesFloat16) {
     const uint16_t hh = uint16_t(h);
     std::memcpy(&x, &hh, 2);
     const float want = float(x);
-    const float got = f16_to_f32(hh);
+    const float got = f16_to_f32_portable(hh);
     if (std::isnan(want)) {
       ASSERT_TRUE(std::isnan(got)) << std::hex << h;
       continue;
@@ -101,7 +105,7 @@ TEST(FloatBits, F32ToF16MatchesFloat16OnAllRoundingCases) {
       const _Float16 h = _Float16(f);
       uint16_t want;
       std::memcpy(&want, &h, 2);
-      const uint16_t got = f32_to_f16(f);
+      const uint16_t got = f32_to_f16_portable(f);
       if (is_nan_bits32(u)) {
         ASSERT_EQ(got & 0x7c00u, 0x7c00u);
         ASSERT_NE(got & 0x03ffu, 0u);
@@ -138,7 +142,7 @@ TEST(FloatBitsSweep, F32ToF16EveryFifthPattern) {
     const _Float16 h = _Float16(f);
     uint16_t want;
     std::memcpy(&want, &h, 2);
-    mismatches += f32_to_f16(f) != want;
+    mismatches += f32_to_f16_portable(f) != want;
   }
   EXPECT_EQ(mismatches, 0u);
 }
@@ -176,6 +180,33 @@ TEST(FloatBitsSweep, F32ToBf16EveryFifthPatternAgainstDoubleRounding) {
   }
   EXPECT_EQ(mismatches, 0u);
 }
+
+// The host fp16 conversions (F16C instructions on x86-64-v3) against the
+// portable ones the CUDA device code uses (checked against the oracles above):
+// bit for bit, NaN payloads included, every 16-bit pattern and every float
+// with the rounding-case low halves, also with flush-to-zero and
+// denormals-are-zero set (as torch.set_flush_denormal(True) does).
+void expect_f16_host_matches_portable() {
+  for (uint32_t h = 0; h < 65536; ++h)
+    ASSERT_EQ(f32_bits(f16_to_f32(uint16_t(h))), f32_bits(f16_to_f32_portable(uint16_t(h)))) << std::hex << h;
+  const auto lows = low_patterns();
+  for (uint32_t hi = 0; hi < 65536; ++hi)
+    for (uint32_t lo : lows) {
+      const float f = bits_f32((hi << 16) | lo);
+      ASSERT_EQ(f32_to_f16(f), f32_to_f16_portable(f)) << std::hex << ((hi << 16) | lo);
+    }
+}
+
+TEST(FloatBits, F16HostConversionsMatchThePortableOnes) { expect_f16_host_matches_portable(); }
+
+#if defined(__SSE__)
+TEST(FloatBits, F16HostConversionsMatchThePortableOnesUnderFtzDaz) {
+  const unsigned csr = _mm_getcsr();
+  _mm_setcsr(csr | 0x8040u);  // FTZ (bit 15) | DAZ (bit 6)
+  expect_f16_host_matches_portable();
+  _mm_setcsr(csr);
+}
+#endif
 
 // exact_reciprocal: nonzero exactly for positive normal powers of two, and
 // there v * r is bit-identical to v / d (what the store paths rely on) for
