@@ -191,9 +191,9 @@ PYBIND11_MODULE(_C, m) {
   // This file is compiled for the baseline ISA; the kernels are not.
   __builtin_cpu_init();
   if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma") ||
-      !__builtin_cpu_supports("bmi2")) {
+      !__builtin_cpu_supports("bmi2") || !__builtin_cpu_supports("f16c")) {
     throw std::runtime_error(
-        "dynamiq was built for x86-64-v3 (AVX2, FMA, BMI2) and this CPU lacks them; rebuild with "
+        "dynamiq was built for x86-64-v3 (AVX2, FMA, BMI2, F16C) and this CPU lacks them; rebuild with "
         "-C cmake.define.DYNAMIQ_CPU_ARCH= (empty) or DYNAMIQ_CPU_ARCH=native");
   }
 #endif
