@@ -131,10 +131,11 @@ int main(int argc, char** argv) {
   Buf<float> xf(static_cast<size_t>(numel)), yf(static_cast<size_t>(numel));
   for (auto& v : xf) v = nd(g);
   for (auto& v : yf) v = nd(g);
-  Buf<uint16_t> xb(static_cast<size_t>(numel)), yb(static_cast<size_t>(numel));
+  Buf<uint16_t> xb(static_cast<size_t>(numel)), yb(static_cast<size_t>(numel)), xh(static_cast<size_t>(numel));
   for (int64_t i = 0; i < numel; ++i) {
     xb[size_t(i)] = f32_to_bf16(xf[size_t(i)]);
     yb[size_t(i)] = f32_to_bf16(yf[size_t(i)]);
+    xh[size_t(i)] = f32_to_f16(xf[size_t(i)]);
   }
 
   const int nthreads = dynamiq_cpu_threads();
@@ -189,8 +190,10 @@ int main(int argc, char** argv) {
                           {"corr n=8", true, 8, true},     {"corr n=16", true, 16, true},
                           {"nearest", false, 8, false}};
 
-  for (DType dt : {DType::kF32, DType::kBF16}) {
-    const void* xin = dt == DType::kF32 ? static_cast<const void*>(xf.data()) : xb.data();
+  for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
+    const void* xin = dt == DType::kF32    ? static_cast<const void*>(xf.data())
+                      : dt == DType::kBF16 ? static_cast<const void*>(xb.data())
+                                           : static_cast<const void*>(xh.data());
     const size_t in_bytes = size_t(numel) * size_t(dtype_size(dt));
     Buf<uint8_t> src(in_bytes), dst(in_bytes);
     std::memcpy(src.data(), xin, in_bytes);
