@@ -11,20 +11,7 @@
 #include "parallel.h"
 #include "unit_io.h"
 
-#if defined(__AVX2__)
-// gcc 12's AVX-512 headers trip -Wmaybe-uninitialized on their own
-// _mm512_undefined_* placeholders when inlined (gcc bug 105593): silence it for
-// the header's lines only (diagnostic state is by source location).
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#endif
-#include <immintrin.h>
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
-#endif
+#include "x86_intrin.h"
 
 // AVX-512 kernels (F, BW, DQ, VL) next to the AVX2 ones, chosen at run time:
 // gcc/clang on x86-64 compile them with a target attribute, so the library

@@ -1,26 +1,14 @@
 // Bit-exact conversions between float32 and the 16-bit formats, identical on
-// host and device (no reliance on compiler intrinsics, so the CPU path and the
-// CUDA path round the same way). Round-to-nearest-even, NaN kept quiet with
-// its payload's top bits, as PyTorch's own conversions do.
+// host and device: portable integer code, so the CPU path and the CUDA path
+// round the same way (fp16 on x86 hosts: the F16C instructions, tested to give
+// the same bits). Round-to-nearest-even, NaN kept quiet with its payload's top
+// bits, as PyTorch's own conversions do.
 #pragma once
 
 #include <cstring>
 
-#if !defined(__CUDA_ARCH__) && defined(__F16C__)
-// (gcc 12's AVX-512 headers trip -Wmaybe-uninitialized when inlined, gcc bug
-// 105593: silenced for the header's lines only, as in dynamiq_codec.cc)
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#endif
-#include <immintrin.h>
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
-#endif
-
 #include "common.h"
+#include "x86_intrin.h"
 
 namespace dynamiq {
 
