@@ -224,10 +224,13 @@ TEST(FloatBits, ExactReciprocalOnlyForPowersOfTwoAndThenEqualToDivision) {
       x ^= x << 13;
       x ^= x >> 7;
       x ^= x << 17;
-      uint32_t vb = uint32_t(x >> 32);
-      if (i < 8) vb = (i & 1 ? 0x80000000u : 0u) | uint32_t(i / 2) * 0x7f800000u / 3u;  // 0, small, ...
-      if (i == 8) vb = 0x7f800000u;                                                    // inf
-      if (i == 9) vb = 0x00000001u;                                                    // smallest denormal
+      // the special values first (zeros, denormals, smallest normal, one,
+      // largest finite, infinities, a NaN), then random bit patterns
+      constexpr uint32_t kSpecial[] = {0x00000000u, 0x80000000u, 0x00000001u, 0x807fffffu,
+                                       0x00800000u, 0x3f800000u, 0x7f7fffffu, 0x7f800000u,
+                                       0xff800000u, 0x7fc00001u};
+      constexpr int kNumSpecial = int(sizeof(kSpecial) / sizeof(kSpecial[0]));
+      const uint32_t vb = i < kNumSpecial ? kSpecial[i] : uint32_t(x >> 32);
       const float v = bits_f32(vb);
       const float a = v * r, b = v / d;
       if (std::isnan(b)) {
