@@ -120,6 +120,19 @@ DQ_HD uint16_t f32_to_f16(float f) {
 #endif
 }
 
+#if !defined(__CUDA_ARCH__) && defined(__F16C__)
+#define DQ_HAVE_F16X8 1
+// 8 fp16 values at a time, one instruction each way: lane for lane the same
+// bits as f16_to_f32 / f32_to_f16 above (gcc does not vectorise loops of
+// those). Unaligned pointers are fine.
+inline __m256 f16x8_to_f32(const uint16_t* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+inline void f32_to_f16x8(uint16_t* p, __m256 v) {
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+}
+#endif
+
 template <DType T>
 struct DTypeTraits;
 
