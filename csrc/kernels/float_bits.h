@@ -120,19 +120,6 @@ DQ_HD uint16_t f32_to_f16(float f) {
 #endif
 }
 
-#if !defined(__CUDA_ARCH__) && defined(__F16C__)
-#define DQ_HAVE_F16X8 1
-// 8 fp16 values at a time, one instruction each way: lane for lane the same
-// bits as f16_to_f32 / f32_to_f16 above (gcc does not vectorise loops of
-// those). Unaligned pointers are fine.
-inline __m256 f16x8_to_f32(const uint16_t* p) {
-  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-}
-inline void f32_to_f16x8(uint16_t* p, __m256 v) {
-  _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
-}
-#endif
-
 template <DType T>
 struct DTypeTraits;
 
@@ -159,6 +146,54 @@ struct DTypeTraits<DType::kF16> {
   static DQ_HD void store(storage* p, int64_t i, float v) { p[i] = f32_to_f16(v); }
   static DQ_HD float round(float v) { return f16_to_f32(f32_to_f16(v)); }
 };
+
+#if !defined(__CUDA_ARCH__) && defined(__AVX2__) && defined(__F16C__)
+#define DQ_HAVE_LANES8 1
+// 8 values at a time between a bucket of dtype T and a float vector: lane for
+// lane the same bits as DTypeTraits<T>::load / store (tests/cpp/
+// test_identity_codec.cc and the DynamiQ fast-path tests compare them). gcc
+// does not vectorise the fp16 conversions at all, and the bf16 rounding with
+// its NaN case poorly. Unaligned pointers are fine.
+template <DType T>
+struct Lanes8;
+
+template <>
+struct Lanes8<DType::kF32> {
+  static __m256 load(const float* p) { return _mm256_loadu_ps(p); }
+  static void store(float* p, __m256 v) { _mm256_storeu_ps(p, v); }
+};
+
+template <>
+struct Lanes8<DType::kBF16> {
+  static __m256 load(const uint16_t* p) {
+    const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+  }
+  // f32_to_bf16: round to nearest even by the added bias, NaN quieted with its
+  // payload's top bits (u + bias cannot wrap: the largest non-NaN u is -inf's)
+  static void store(uint16_t* p, __m256 v) {
+    const __m256i u = _mm256_castps_si256(v);
+    const __m256i hi = _mm256_srli_epi32(u, 16);
+    const __m256i bias = _mm256_add_epi32(_mm256_set1_epi32(0x7fff), _mm256_and_si256(hi, _mm256_set1_epi32(1)));
+    const __m256i rounded = _mm256_srli_epi32(_mm256_add_epi32(u, bias), 16);
+    const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)),
+                                           _mm256_set1_epi32(0x7f800000));
+    const __m256i r = _mm256_blendv_epi8(rounded, _mm256_or_si256(hi, _mm256_set1_epi32(0x0040)), nan);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p),
+                     _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1)));
+  }
+};
+
+template <>
+struct Lanes8<DType::kF16> {
+  static __m256 load(const uint16_t* p) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  }
+  static void store(uint16_t* p, __m256 v) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+  }
+};
+#endif
 
 // Runtime-to-compile-time dtype switch: DQ_DISPATCH_DTYPE(t, T, { body using T; })
 #define DQ_DISPATCH_DTYPE(dtype, T, ...)                            \

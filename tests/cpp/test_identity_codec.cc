@@ -34,15 +34,22 @@ std::vector<uint16_t> random_halves(size_t n, uint32_t seed) {
 
 // Floats of every magnitude the accumulator can hold: fp16's normal and
 // denormal range, beyond its largest finite value (overflow to inf), float
-// denormals, infinities and NaNs.
+// denormals, infinities and NaNs; a share of them exactly halfway between two
+// 16-bit values or one unit of the float beside.
 std::vector<float> random_floats(size_t n, uint32_t seed) {
   std::mt19937 g(seed);
   std::uniform_real_distribution<float> mag(-30.0f, 20.0f);
   std::vector<float> v(n);
   for (size_t i = 0; i < n; ++i) {
     const uint32_t k = g() % 16;
+    const float f = (g() & 1 ? -1.0f : 1.0f) * std::exp2(mag(g));
     if (k == 0) v[i] = bits_f32(g());  // any pattern (NaN, inf, float denormal too)
-    else v[i] = (g() & 1 ? -1.0f : 1.0f) * std::exp2(mag(g));
+    // rounding ties and their neighbours: bf16's at the low 16 bits, fp16's
+    // (normal range) at the low 13
+    else if (k == 1) v[i] = bits_f32((f32_bits(f) & 0xffff0000u) | (0x7fffu + g() % 3));
+    else if (k == 2) v[i] = bits_f32((f32_bits(f) & 0xffffe000u) | (0x0fffu + g() % 3));
+    else if (k == 3) v[i] = bits_f32(0x7f800001u | (g() & 0x807fffffu));  // NaN, any sign and payload
+    else v[i] = f;
   }
   return v;
 }
