@@ -41,9 +41,18 @@ bool stats_t(const typename DTypeTraits<T>::storage* x, int64_t numel, int32_t S
       v4d s0 = {0, 0, 0, 0}, s1 = s0, q0 = s0, q1 = s0;
       for (int64_t i = 0; i < full; i += kStatLanes) {
         v4f a, b;
-        for (int l = 0; l < 4; ++l) {
-          a[l] = Tr::load(p, i + l);
-          b[l] = Tr::load(p, i + 4 + l);
+#if defined(DQ_HAVE_LANES8)
+        if constexpr (T != DType::kF32) {  // 16-bit: one vector conversion (the same bits)
+          const __m256 v = Lanes8<T>::load(p + i);
+          a = v4f(_mm256_castps256_ps128(v));
+          b = v4f(_mm256_extractf128_ps(v, 1));
+        } else
+#endif
+        {
+          for (int l = 0; l < 4; ++l) {
+            a[l] = Tr::load(p, i + l);
+            b[l] = Tr::load(p, i + 4 + l);
+          }
         }
         const v4d da = __builtin_convertvector(a, v4d), db = __builtin_convertvector(b, v4d);
         s0 += da;
