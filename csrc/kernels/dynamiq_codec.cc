@@ -1474,8 +1474,6 @@ void encode_sg(const Ctx& cx, const DqRounding& rd, int64_t src, Work& ws, uint8
 #endif
 #if defined(DQ_HAVE_AVX512)
     const bool v512 = fast && s % 16 == 0 && cpu_avx512();
-#else
-    constexpr bool v512 = false;
 #endif
     // scales
     float* __restrict inv_e = ws.inv_e.data();
