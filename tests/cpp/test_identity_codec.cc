@@ -1,10 +1,11 @@
 // The identity codec's element loops on 16-bit buckets (mode none's hops, and
 // lossless mode's accumulate, which goes through them), against a plain
 // per-element oracle built on the portable conversions (test_float_bits checks
-// those against _Float16 and the bf16 definition). The fp16 loops run 8 lanes
-// per F16C instruction with a per-element tail: lengths around multiples of 8,
-// blocks that start past element 0, and inputs of every class (denormals,
-// infinities, NaN payloads, values beyond fp16's range) must give the oracle's
+// those against _Float16 and the bf16 definition). The 16-bit loops run 8
+// lanes per vector conversion (Lanes8: F16C for fp16, AVX2 integer rounding for
+// bf16) with a per-element tail: lengths around multiples of 8, blocks that
+// start past element 0, and inputs of every class (denormals, infinities, NaN
+// payloads, rounding ties, values beyond fp16's range) must give the oracle's
 // bits exactly.
 #include <gtest/gtest.h>
 
