@@ -193,6 +193,13 @@ struct Lanes8<DType::kF16> {
     _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
   }
 };
+
+// v / d on 8 lanes as the scalar loops compute it: r = exact_reciprocal(d),
+// a multiply when r != 0, else the division; d = 1 leaves v as it is.
+inline __m256 divide8(__m256 v, float d, float r) {
+  if (d == 1.0f) return v;
+  return r != 0.0f ? _mm256_mul_ps(v, _mm256_set1_ps(r)) : _mm256_div_ps(v, _mm256_set1_ps(d));
+}
 #endif
 
 // Runtime-to-compile-time dtype switch: DQ_DISPATCH_DTYPE(t, T, { body using T; })

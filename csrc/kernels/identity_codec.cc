@@ -36,16 +36,16 @@ struct LocalReader {
 // 16-bit buckets: the element loops below first run 8 elements per vector
 // conversion (Lanes8, the same bits lane for lane as Tr::load / Tr::store) and
 // leave the rest to the generic per-element loop: gcc does not vectorise the
-// fp16 conversions and vectorises the bf16 rounding poorly. Each helper
-// returns how many elements it did (n rounded down to 8; 0 for float32 buckets,
-// whose plain loops gcc vectorises, or without AVX2). Operand dtypes: A, B, O
-// (the bucket's T or float32 for an accumulator).
-template <DType T, DType A, DType B, DType O>
+// fp16 conversions and vectorises the bf16 rounding poorly. Operand dtypes
+// A, B, O: the bucket's or float32 (an accumulator). Each helper returns how
+// many elements it did: n rounded down to 8, or 0 when every operand is
+// float32 (plain loops gcc vectorises) or without AVX2.
+template <DType A, DType B, DType O>
 int64_t add_prefix(const typename DTypeTraits<A>::storage* a, const typename DTypeTraits<B>::storage* b,
                    typename DTypeTraits<O>::storage* out, int64_t n) {  // out[i] = a[i] + b[i]
   int64_t i = 0;
 #if defined(DQ_HAVE_LANES8)
-  if constexpr (T != DType::kF32)
+  if constexpr (A != DType::kF32 || B != DType::kF32 || O != DType::kF32)
     for (; i + 8 <= n; i += 8)
       Lanes8<O>::store(out + i, _mm256_add_ps(Lanes8<A>::load(a + i), Lanes8<B>::load(b + i)));
 #else
@@ -54,23 +54,16 @@ int64_t add_prefix(const typename DTypeTraits<A>::storage* a, const typename DTy
   return i;
 }
 
-// out[i] = a[i] for d = 1, else a[i] * r (r != 0: exact_reciprocal(d)) or a[i] / d
-template <DType T, DType A, DType O>
-int64_t scale_prefix(const typename DTypeTraits<A>::storage* a, float r, float d,
-                     typename DTypeTraits<O>::storage* out, int64_t n) {
+// out[i] = a[i] / d (as divide8: r = exact_reciprocal(d); d = 1 copies)
+template <DType A, DType O>
+int64_t divide_prefix(const typename DTypeTraits<A>::storage* a, float d, float r,
+                      typename DTypeTraits<O>::storage* out, int64_t n) {
   int64_t i = 0;
 #if defined(DQ_HAVE_LANES8)
-  if constexpr (T != DType::kF32) {
-    const __m256 rv = _mm256_set1_ps(r), dv = _mm256_set1_ps(d);
-    if (d == 1.0f)
-      for (; i + 8 <= n; i += 8) Lanes8<O>::store(out + i, Lanes8<A>::load(a + i));
-    else if (r != 0.0f)
-      for (; i + 8 <= n; i += 8) Lanes8<O>::store(out + i, _mm256_mul_ps(Lanes8<A>::load(a + i), rv));
-    else
-      for (; i + 8 <= n; i += 8) Lanes8<O>::store(out + i, _mm256_div_ps(Lanes8<A>::load(a + i), dv));
-  }
+  if constexpr (A != DType::kF32 || O != DType::kF32)
+    for (; i + 8 <= n; i += 8) Lanes8<O>::store(out + i, divide8(Lanes8<A>::load(a + i), d, r));
 #else
-  (void)a, (void)r, (void)d, (void)out, (void)n;
+  (void)a, (void)d, (void)r, (void)out, (void)n;
 #endif
   return i;
 }
@@ -126,7 +119,7 @@ size_t IdentityCodec::compress(const Local& x, const Plan& plan, const Block& b,
     if (r.acc) {
       const float* a = r.acc + s.e0;
       const int64_t n = s.e1 - s.e0;
-      for (int64_t i = scale_prefix<T, kAcc, T>(a, 1.0f, 1.0f, o, n); i < n; ++i) Tr::store(o, i, a[i]);
+      for (int64_t i = divide_prefix<kAcc, T>(a, 1.0f, 1.0f, o, n); i < n; ++i) Tr::store(o, i, a[i]);
     } else {
       if (static_cast<const void*>(out) != static_cast<const void*>(r.bucket + s.e0))
         std::memcpy(out, r.bucket + s.e0, bytes);
@@ -150,7 +143,7 @@ void IdentityCodec::decompress(const uint8_t* in, size_t in_bytes, const Plan& p
       const float d = y.divisor;
       const float r = exact_reciprocal(d);  // same values, a multiply instead of a division
       const int64_t n = s.e1 - s.e0;
-      const int64_t i0 = scale_prefix<T, T, T>(src, r, d, dst, n);
+      const int64_t i0 = divide_prefix<T, T>(src, d, r, dst, n);
       if (r != 0.0f)
         for (int64_t i = i0; i < n; ++i) Tr::store(dst, i, Tr::load(src, i) * r);
       else
@@ -170,10 +163,10 @@ void IdentityCodec::decompress_accumulate(const uint8_t* in, size_t in_bytes, co
     const int64_t n = s.e1 - s.e0;
     if (r.acc) {
       const float* a = r.acc + s.e0;
-      for (int64_t i = add_prefix<T, kAcc, T, kAcc>(a, src, acc, n); i < n; ++i) acc[i] = a[i] + Tr::load(src, i);
+      for (int64_t i = add_prefix<kAcc, T, kAcc>(a, src, acc, n); i < n; ++i) acc[i] = a[i] + Tr::load(src, i);
     } else {
       const auto* bk = r.bucket + s.e0;
-      for (int64_t i = add_prefix<T, T, T, kAcc>(bk, src, acc, n); i < n; ++i)
+      for (int64_t i = add_prefix<T, T, kAcc>(bk, src, acc, n); i < n; ++i)
         acc[i] = Tr::load(bk, i) + Tr::load(src, i);
     }
   });
@@ -194,10 +187,10 @@ size_t IdentityCodec::decompress_accumulate_recompress(const uint8_t* in, size_t
     const int64_t n = s.e1 - s.e0;
     if (r.acc) {
       const float* a = r.acc + s.e0;
-      for (int64_t i = add_prefix<T, kAcc, T, T>(a, src, o, n); i < n; ++i) Tr::store(o, i, a[i] + Tr::load(src, i));
+      for (int64_t i = add_prefix<kAcc, T, T>(a, src, o, n); i < n; ++i) Tr::store(o, i, a[i] + Tr::load(src, i));
     } else {
       const auto* bk = r.bucket + s.e0;
-      for (int64_t i = add_prefix<T, T, T, T>(bk, src, o, n); i < n; ++i)
+      for (int64_t i = add_prefix<T, T, T>(bk, src, o, n); i < n; ++i)
         Tr::store(o, i, Tr::load(bk, i) + Tr::load(src, i));
     }
   });

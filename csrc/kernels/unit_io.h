@@ -63,13 +63,12 @@ inline void store_unit_t(const Output& y, const Plan& plan, int64_t w, const flo
   if constexpr (T != DType::kF32) {
     // as the loops below, 8 values per vector conversion (gcc does not
     // vectorise the fp16 ones, and the bf16 rounding with its NaN case poorly)
-    const __m256 bv = _mm256_set1_ps(b), rv = _mm256_set1_ps(r), dv = _mm256_set1_ps(d);
+    const __m256 bv = _mm256_set1_ps(b);
     int64_t i = 0;
     for (; i + 8 <= cnt; i += 8) {
       __m256 v = _mm256_loadu_ps(tile + i);
       if (add) v = _mm256_add_ps(v, bv);
-      if (d != 1.0f) v = r != 0.0f ? _mm256_mul_ps(v, rv) : _mm256_div_ps(v, dv);
-      Lanes8<T>::store(p + i, v);
+      Lanes8<T>::store(p + i, divide8(v, d, r));
     }
     for (; i < cnt; ++i) {
       float v = add ? tile[i] + b : tile[i];
