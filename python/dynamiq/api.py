@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from datetime import timedelta
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
@@ -86,16 +87,65 @@ def comm_device(t: Optional[torch.Tensor], group_name: str) -> str:
     return "cpu"
 
 
+# dynamiq's own process group for each group a user passes, by the user group's
+# name: (the user's group, dynamiq's group). See resolve_group.
+_private_groups: Dict[str, Tuple[dist.ProcessGroup, dist.ProcessGroup]] = {}
+_private_lock = threading.Lock()
+
+
+def _group_timeout(g: dist.ProcessGroup) -> Optional[timedelta]:
+    """The longest timeout of the group's backends (None: not found, torch's default)."""
+    found = []
+    for dev in ("cpu", "cuda"):
+        try:
+            found.append(g._get_backend(torch.device(dev)).options._timeout)
+        except Exception:  # noqa: BLE001 - no backend for that device, or no options
+            continue
+    return max(found) if found else None
+
+
+def _private_group(g: dist.ProcessGroup) -> dist.ProcessGroup:
+    """dynamiq's process group with the ranks, backends and timeout of `g`, made on first use.
+
+    dynamiq's collectives run on a background thread. On the user's own group they
+    could interleave with collectives the calling thread issues meanwhile: DDP
+    all-reduces its unused-parameter map on the autograd thread while the hook's
+    last buckets are still being sent (`find_unused_parameters=True`), a caller
+    may use the group while an `all_reduce(async_op=True)` is in flight, and Gloo
+    or NCCL then pair different operations on different ranks (an abort, a hang,
+    or silently mixed data). A group of dynamiq's own keeps the two streams of
+    operations apart. Made collectively: every member calls this for `g` in the
+    same order (register() and all_reduce() are called on every rank);
+    non-members need not (use_local_synchronization).
+    """
+    with _private_lock:
+        entry = _private_groups.get(g.group_name)
+        if entry is not None and entry[0] is g:
+            return entry[1]
+        # (a name reused after destroy_process_group and a new init gets a new group)
+        try:
+            own = dist.new_group(ranks=dist.get_process_group_ranks(g), timeout=_group_timeout(g),
+                                 backend=dist.get_backend_config(g), use_local_synchronization=True,
+                                 group_desc=f"dynamiq:{g.group_name}")
+        except Exception as e:  # noqa: BLE001 - a peer that never joins: the store's timeout
+            raise TransportError(f"dynamiq: making dynamiq's process group for group '{g.group_name}' "
+                                 f"failed (did every rank call dynamiq on this group?): {e}") from e
+        _private_groups[g.group_name] = (g, own)
+        return own
+
+
 def resolve_group(group: Optional[dist.ProcessGroup]) -> Tuple[dist.ProcessGroup, str]:
+    """(dynamiq's process group for `group`, its name); `group` None means the default group."""
     if not dist.is_available() or not dist.is_initialized():
         raise DynamiqError("dynamiq: torch.distributed is not initialized; call "
                            "torch.distributed.init_process_group('gloo', ...) first")
     g = group if group is not None else dist.group.WORLD
-    name = getattr(g, "group_name", None)
-    if not name:
+    if not getattr(g, "group_name", None):
         raise DynamiqError("dynamiq: cannot find the name of the process group")
-    _group_devices[name] = _devices_of(dist.get_backend(g))  # refreshed: a name can be reused after re-init
-    return g, name
+    own = _private_group(g)
+    name = own.group_name
+    _group_devices[name] = _devices_of(dist.get_backend(g))
+    return own, name
 
 
 def _next_direct_seq(group_name: str) -> int:

@@ -20,6 +20,8 @@ class HookState:
         every rank between steps to switch mode or topology
         (`state.config = state.config.replace(mode="none")`); ranks that
         disagree raise at the next bucket.
+      process_group, group_name: the process group dynamiq sends on: its own,
+        with the ranks, backend and timeout of the model's group.
       step: completed optimizer steps seen by the hook (advanced after the
         last bucket of each backward pass).
       seq: number of collectives issued; with `config.seed` it keys all
@@ -117,7 +119,9 @@ def register(ddp_model: torch.nn.parallel.DistributedDataParallel, config: Optio
 
     Gradients are averaged over `process_group` (default: the model's group)
     with the given config. Returns the `HookState` (stats, config switching,
-    `state_dict`). Call on every rank, before the first backward pass.
+    `state_dict`). Call on every rank of the group, before the first backward
+    pass: the first call for a group makes dynamiq's own process group with the
+    same ranks (see `dynamiq.api.resolve_group`).
     """
     if not isinstance(ddp_model, torch.nn.parallel.DistributedDataParallel):
         raise TypeError("dynamiq.register: expected a torch.nn.parallel.DistributedDataParallel model, "

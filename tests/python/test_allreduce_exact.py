@@ -71,6 +71,29 @@ def test_exact_equals_torch_and_ranks_bit_identical(world):
     assert all(r == 54 for r in res)
 
 
+def _async_beside_torch_collectives(rank, world):
+    # The caller keeps using the group while dynamiq's collectives run on their worker:
+    # both must come out exact (dynamiq sends on a process group of its own).
+    cfg = dynamiq.Config(mode="none", block_bytes=4096)
+    xs = [torch.full((20_000 + 1000 * k,), float(rank + k)) for k in range(4)]
+    futs = [dynamiq.all_reduce(x, cfg, async_op=True) for x in xs]
+    mine = [torch.full((1 + 37 * k,), float(rank * k)) for k in range(12)]
+    for m in mine:
+        dist.all_reduce(m)
+    for f in futs:
+        f.wait()
+    tri = world * (world - 1) / 2
+    for k, x in enumerate(xs):
+        assert torch.equal(x, torch.full_like(x, tri + world * k)), k
+    for k, m in enumerate(mine):
+        assert torch.equal(m, torch.full_like(m, tri * k)), k
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_async_all_reduce_beside_torch_collectives_on_the_same_group(world):
+    run_ranks(_async_beside_torch_collectives, world)
+
+
 def _bf16_gloo(rank, world):
     x = torch.full((1000,), float(rank + 1), dtype=torch.bfloat16)
     # torch 1.13's Gloo refused bf16 ("Invalid scalar type"); 2.14.1 accepts it. Printed for the record.

@@ -125,3 +125,84 @@ def _switch(rank, world):
 def test_config_switch_and_state_dict():
     res = run_ranks(_switch, 2)
     assert res[0] == [{"exact"}] * 4
+
+
+class _Branchy(torch.nn.Module):
+    """Two heads; steps that use `other` leave `head` without a gradient (and vice versa)."""
+
+    def __init__(self):
+        super().__init__()
+        self.body = torch.nn.Linear(32, 96)
+        self.head = torch.nn.Linear(96, 10)
+        self.other = torch.nn.Linear(96, 10)
+
+    def forward(self, x, use_other=False):
+        h = torch.relu(self.body(x))
+        return self.other(h) if use_other else self.head(h)
+
+
+def _ddp_own_collectives(rank, world, ddp_kw, mode):
+    # With find_unused_parameters=True DDP all-reduces its unused-parameter map on the
+    # autograd thread right after the last bucket's hook returns, while dynamiq's worker
+    # is still sending that bucket. On one process group the two interleave differently
+    # on different ranks: Gloo aborted the process ("op.preamble.length <= op.nbytes")
+    # in both find_unused cases before dynamiq used a group of its own. static_graph=True
+    # (whose first step delays every bucket until that map is reduced) is here as a
+    # configuration that must keep working; it did not fail before.
+    torch.manual_seed(0)
+    base = _Branchy()
+    ref = DDP(copy.deepcopy(base), bucket_cap_mb=0.001, **ddp_kw)
+    ours = DDP(copy.deepcopy(base), bucket_cap_mb=0.001, **ddp_kw)
+    state = dynamiq.register(ours, dynamiq.Config(mode=mode, min_compress_numel=0))
+    dynamic = "find_unused_parameters" in ddp_kw
+    params = []
+    for model in (ref, ours):
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for step in range(5):
+            x, y = batch(rank, step)
+            opt.zero_grad()
+            out = model(x, use_other=dynamic and step % 2 == 1)
+            torch.nn.functional.cross_entropy(out, y).backward()
+            opt.step()
+        params.append(torch.cat([p.detach().view(-1) for p in model.parameters()]))
+    assert state.step == 5
+    if mode != "dynamiq":  # exact modes: the same training as DDP's own all-reduce
+        torch.testing.assert_close(params[1], params[0], rtol=1e-5, atol=1e-6)
+    return params[1]
+
+
+@pytest.mark.parametrize("ddp_kw,mode,world", [
+    ({"find_unused_parameters": True}, "none", 2),
+    ({"find_unused_parameters": True}, "dynamiq", 3),
+    ({"static_graph": True}, "lossless", 2),
+])
+def test_ddp_own_collectives_do_not_mix_with_dynamiqs(ddp_kw, mode, world):
+    res = run_ranks(_ddp_own_collectives, world, ddp_kw, mode)
+    assert all(torch.equal(r, res[0]) for r in res), "replicas diverged"
+
+
+def _data_parallel_subgroups(rank, world, mode):
+    # Hybrid parallelism: DDP over groups {0, 2} and {1, 3} (each rank holds, say,
+    # one tensor-parallel shard); dynamiq averages over the model's group only.
+    groups = [dist.new_group([0, 2]), dist.new_group([1, 3])]
+    g = groups[rank % 2]
+    base = make_model(seed=rank % 2)  # the two groups train different models
+    ref = DDP(copy.deepcopy(base), process_group=g, bucket_cap_mb=0.01)
+    ours = DDP(copy.deepcopy(base), process_group=g, bucket_cap_mb=0.01)
+    state = dynamiq.register(ours, dynamiq.Config(mode=mode, min_compress_numel=0))
+    p_ref = train(ref, rank, 3)
+    p_ours = train(ours, rank, 3)
+    if mode == "none":
+        for a, b in zip(p_ref, p_ours):
+            torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6)
+    assert state.world_size == 2
+    return torch.cat([p.view(-1) for p in p_ours]), {s["path"] for s in state.last_step_stats}
+
+
+@pytest.mark.parametrize("mode", ["none", "dynamiq"])
+def test_ddp_on_data_parallel_subgroups(mode):
+    res = run_ranks(_data_parallel_subgroups, 4, mode)
+    # replicas agree within their group; the groups trained different models
+    assert torch.equal(res[0][0], res[2][0]) and torch.equal(res[1][0], res[3][0])
+    assert not torch.equal(res[0][0], res[1][0])
+    assert res[0][1] == {"exact" if mode == "none" else "compressed"}
