@@ -6,10 +6,15 @@ import torch
 import torch.distributed as dist
 
 from ._worker import worker_for
-from .api import ready_event, resolve_group, run_collective, wait_ready
+from .api import DIRECT_SEQ_BASE, DynamiqError, ready_event, resolve_group, run_collective, wait_ready
 from .config import Config
 
 _STATE_VERSION = 1
+
+# Hooks registered so far per dynamiq group name: the k-th starts its sequence
+# numbers at k * _STREAM_STRIDE (direct all_reduce calls use 2**63 and up).
+_STREAM_STRIDE = 1 << 48
+_hooks_per_group: Dict[str, int] = {}
 
 
 class HookState:
@@ -24,9 +29,11 @@ class HookState:
         with the ranks, backend and timeout of the model's group.
       step: completed optimizer steps seen by the hook (advanced after the
         last bucket of each backward pass).
-      seq: number of collectives issued; with `config.seed` it keys all
-        randomness, so restoring it (via `load_state_dict`) resumes the same
-        random stream.
+      seq: sequence number of the next collective; with `config.seed` it keys
+        all randomness, so restoring it (via `load_state_dict`) resumes the same
+        random stream. The k-th model registered on a group in a process
+        (k = 0, 1, ...) starts at k * 2**48, so two models trained side by side
+        (a GAN's two networks) never draw the same random numbers.
       alloc_u: per bucket index, the state (u, bracketing step) of the fast
         width allocator (appendix A), carried across steps. Keyed by bucket index; DDP
         rebuilds buckets after the first iteration, and a bucket whose size
@@ -132,5 +139,11 @@ def register(ddp_model: torch.nn.parallel.DistributedDataParallel, config: Optio
     pg = process_group if process_group is not None else getattr(ddp_model, "process_group", None)
     pg, name = resolve_group(pg)
     state = HookState(config, pg, name)
+    k = _hooks_per_group.get(name, 0)
+    if (k + 1) * _STREAM_STRIDE > DIRECT_SEQ_BASE:
+        raise DynamiqError(f"dynamiq.register: {k} models already registered on this group in this "
+                           "process; their random streams would overlap")
+    _hooks_per_group[name] = k + 1
+    state.seq = k * _STREAM_STRIDE
     ddp_model.register_comm_hook(state, _hook)
     return state
