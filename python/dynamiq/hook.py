@@ -143,7 +143,7 @@ def register(ddp_model: torch.nn.parallel.DistributedDataParallel, config: Optio
     if (k + 1) * _STREAM_STRIDE > DIRECT_SEQ_BASE:
         raise DynamiqError(f"dynamiq.register: {k} models already registered on this group in this "
                            "process; their random streams would overlap")
-    _hooks_per_group[name] = k + 1
     state.seq = k * _STREAM_STRIDE
-    ddp_model.register_comm_hook(state, _hook)
+    ddp_model.register_comm_hook(state, _hook)  # raises for a model that has a hook already
+    _hooks_per_group[name] = k + 1
     return state

@@ -236,3 +236,29 @@ def test_two_models_on_one_group_draw_different_randomness():
     # and the two errors are not correlated: |cos| of two independent errors is ~1/sqrt(d)
     ea, eb = a - exact, b - exact
     assert abs(torch.nn.functional.cosine_similarity(ea, eb, dim=0).item()) < 0.2
+
+
+def _uneven_inputs(rank, world):
+    # torch's Join: a rank out of data shadows the others' all-reduces by running the
+    # comm hook on zero buckets, so every rank must keep matching dynamiq's collectives.
+    from torch.distributed.algorithms.join import Join
+    params = []
+    for hooked in (False, True):
+        model = DDP(make_model(), bucket_cap_mb=0.01)
+        if hooked:
+            dynamiq.register(model, dynamiq.Config(mode="none"))
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        with Join([model]):
+            for step in range(2 + 2 * rank):  # rank r has 2 + 2r batches
+                x, y = batch(rank, step)
+                opt.zero_grad()
+                torch.nn.functional.cross_entropy(model(x), y).backward()
+                opt.step()
+        params.append(torch.cat([p.detach().view(-1) for p in model.parameters()]))
+    torch.testing.assert_close(params[1], params[0], rtol=1e-5, atol=1e-6)
+    return params[1]
+
+
+def test_uneven_inputs_with_join():
+    res = run_ranks(_uneven_inputs, 3)
+    assert all(torch.equal(r, res[0]) for r in res), "replicas diverged"
