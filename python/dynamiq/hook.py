@@ -117,7 +117,16 @@ def _hook(state: HookState, bucket: dist.GradBucket) -> torch.futures.Future[tor
                 state.step += 1
         return buf
 
-    return worker_for(name).submit(work, device=buf.device if ev is not None else None)
+    fut = worker_for(name).submit(work, device=buf.device if ev is not None else None)
+    # DDP reads the hook's result in C++: a failure set with Future.set_exception
+    # would reach `backward()` as "Unable to cast <message> to Tensor". A callback
+    # that raises marks the chained Future failed, and backward() raises a
+    # RuntimeError naming the exception: "... TransportError: dynamiq: ...".
+    return fut.then(_result)
+
+
+def _result(fut: torch.futures.Future) -> torch.Tensor:
+    return fut.wait()
 
 
 def register(ddp_model: torch.nn.parallel.DistributedDataParallel, config: Optional[Config] = None,

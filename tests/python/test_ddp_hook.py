@@ -262,3 +262,25 @@ def _uneven_inputs(rank, world):
 def test_uneven_inputs_with_join():
     res = run_ranks(_uneven_inputs, 3)
     assert all(torch.equal(r, res[0]) for r in res), "replicas diverged"
+
+
+def _hook_error(rank, world):
+    # A failing collective inside the hook reaches loss.backward() on every rank as
+    # an error that names dynamiq's exception and message (DDP rethrows it from C++
+    # as a RuntimeError), not as a cast failure of the hook's result.
+    model = DDP(make_model(), bucket_cap_mb=0.01)
+    state = dynamiq.register(model, dynamiq.Config(mode="none"))
+    state.config = state.config.replace(topology="butterfly" if rank == 1 else "ring")
+    x, y = batch(rank, 0)
+    try:
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+    except RuntimeError as e:
+        return str(e)
+    return "no error"
+
+
+def test_hook_error_reaches_backward_with_its_message():
+    res = run_ranks(_hook_error, 2, pg_timeout=20)
+    for msg in res:
+        assert "DynamiqError: ranks disagree on topology" in msg, msg
+        assert "Unable to cast" not in msg, msg
