@@ -88,8 +88,8 @@ def comm_device(t: Optional[torch.Tensor], group_name: str) -> str:
 
 
 # dynamiq's own process group for each group a user passes, by the user group's
-# name: (the user's group, dynamiq's group). See resolve_group.
-_private_groups: Dict[str, Tuple[dist.ProcessGroup, dist.ProcessGroup]] = {}
+# name. See _private_group.
+_private_groups: Dict[str, dist.ProcessGroup] = {}
 _private_lock = threading.Lock()
 
 
@@ -102,6 +102,17 @@ def _group_timeout(g: dist.ProcessGroup) -> Optional[timedelta]:
         except Exception:  # noqa: BLE001 - no backend for that device, or no options
             continue
     return max(found) if found else None
+
+
+def _alive(pg: dist.ProcessGroup) -> bool:
+    """Whether `pg` is still registered (destroy_process_group unregisters every group).
+
+    Decided by torch's registry, the same on every rank, and not by the identity of
+    Python wrappers, so that every member makes a new group at the same call."""
+    try:
+        return pg in dist.distributed_c10d._world.pg_map
+    except AttributeError:  # a torch without that registry: groups live until exit
+        return True
 
 
 def _private_group(g: dist.ProcessGroup) -> dist.ProcessGroup:
@@ -119,10 +130,10 @@ def _private_group(g: dist.ProcessGroup) -> dist.ProcessGroup:
     non-members need not (use_local_synchronization).
     """
     with _private_lock:
-        entry = _private_groups.get(g.group_name)
-        if entry is not None and entry[0] is g:
-            return entry[1]
-        # (a name reused after destroy_process_group and a new init gets a new group)
+        own = _private_groups.get(g.group_name)
+        if own is not None and _alive(own):
+            return own
+        # (after destroy_process_group and a new init a reused name gets a new group)
         try:
             own = dist.new_group(ranks=dist.get_process_group_ranks(g), timeout=_group_timeout(g),
                                  backend=dist.get_backend_config(g), use_local_synchronization=True,
@@ -130,7 +141,7 @@ def _private_group(g: dist.ProcessGroup) -> dist.ProcessGroup:
         except Exception as e:  # noqa: BLE001 - a peer that never joins: the store's timeout
             raise TransportError(f"dynamiq: making dynamiq's process group for group '{g.group_name}' "
                                  f"failed (did every rank call dynamiq on this group?): {e}") from e
-        _private_groups[g.group_name] = (g, own)
+        _private_groups[g.group_name] = own
         return own
 
 

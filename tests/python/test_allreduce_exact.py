@@ -94,6 +94,31 @@ def test_async_all_reduce_beside_torch_collectives_on_the_same_group(world):
     run_ranks(_async_beside_torch_collectives, world)
 
 
+def _reinit(rank, world, store2):
+    # dynamiq's own group is made once per group (not per call), and made again after
+    # destroy_process_group and a new init, where the default group's name comes back.
+    from datetime import timedelta
+    from dynamiq.api import resolve_group
+    names = []
+    for attempt in range(2):
+        for _ in range(2):
+            x = torch.full((1000,), float(rank + 1))
+            dynamiq.all_reduce(x, dynamiq.Config(mode="none"))
+            assert torch.equal(x, torch.full_like(x, world * (world + 1) / 2))
+            names.append((dist.group.WORLD.group_name, resolve_group(None)[1]))
+        if attempt == 0:
+            dist.destroy_process_group()
+            dist.init_process_group("gloo", init_method=f"file://{store2}", rank=rank, world_size=world,
+                                    timeout=timedelta(seconds=30))
+    assert names[0] == names[1] and names[2] == names[3], names
+    assert names[0][0] == names[2][0], names  # torch reuses the default group's name
+    return names
+
+
+def test_own_group_made_once_and_again_after_reinit(tmp_path):
+    run_ranks(_reinit, 2, str(tmp_path / "store2"))
+
+
 def _bf16_gloo(rank, world):
     x = torch.full((1000,), float(rank + 1), dtype=torch.bfloat16)
     # torch 1.13's Gloo refused bf16 ("Invalid scalar type"); 2.14.1 accepts it. Printed for the record.
