@@ -137,7 +137,7 @@ def register(ddp_model: torch.nn.parallel.DistributedDataParallel, config: Optio
     with the given config. Returns the `HookState` (stats, config switching,
     `state_dict`). Call on every rank of the group, before the first backward
     pass: the first call for a group makes dynamiq's own process group with the
-    same ranks (see `dynamiq.api.resolve_group`).
+    same ranks (README, "API"; `dynamiq.api._private_group`).
     """
     if not isinstance(ddp_model, torch.nn.parallel.DistributedDataParallel):
         raise TypeError("dynamiq.register: expected a torch.nn.parallel.DistributedDataParallel model, "
