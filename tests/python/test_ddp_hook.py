@@ -345,3 +345,30 @@ def test_resume_from_checkpoint_continues_bit_for_bit(tmp_path):
     # without the hook's state the random stream restarts, and the result differs
     fresh = run_ranks(_resume, 2, "second-without-hook-state", str(tmp_path))
     assert not torch.equal(fresh[0], full[0])
+
+
+def _compiled(rank, world):
+    # torch.compile on a DDP model (Dynamo splits the graph at bucket boundaries, and
+    # DDP's reducer still calls the hook): the same training as compiled DDP without it.
+    base = make_model()
+    params = []
+    for hooked in (False, True):
+        model = DDP(copy.deepcopy(base))
+        if hooked:
+            state = dynamiq.register(model, dynamiq.Config(mode="none"))
+        compiled = torch.compile(model)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for step in range(3):
+            x, y = batch(rank, step)
+            opt.zero_grad()
+            torch.nn.functional.cross_entropy(compiled(x), y).backward()
+            opt.step()
+        params.append(torch.cat([p.detach().view(-1) for p in model.parameters()]))
+    torch.testing.assert_close(params[1], params[0], rtol=1e-5, atol=1e-6)
+    assert state.step == 3 and sum(s["numel"] for s in state.last_step_stats) == params[1].numel()
+    return params[1]
+
+
+def test_torch_compile_ddp_model():
+    res = run_ranks(_compiled, 2, timeout=600)
+    assert torch.equal(res[0], res[1])
