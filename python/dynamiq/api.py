@@ -48,6 +48,10 @@ def _devices_of(backend: str) -> frozenset:
 
 def check_tensor(t: torch.Tensor, group_name: Optional[str] = None) -> Tuple[int, str]:
     """(error code, message) for a tensor dynamiq cannot all-reduce; (0, "") if fine."""
+    if t.layout != torch.strided:
+        return _ERR_LAYOUT, (
+            f"dynamiq: {t.layout} tensors are not supported; all-reduce them with torch.distributed "
+            "(the DDP hook does so itself for sparse gradients)")
     if t.dtype not in SUPPORTED_DTYPES:
         return _ERR_DTYPE, (
             f"dynamiq: dtype {t.dtype} is not supported; use torch.float32, torch.bfloat16 or "
@@ -259,7 +263,7 @@ def simulate(tensors: Sequence[torch.Tensor], config: Optional[Config] = None, o
     for i, t in enumerate(tensors):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"dynamiq.simulate: tensors[{i}] is not a tensor")
-        if t.dtype not in SUPPORTED_DTYPES:
+        if t.dtype not in SUPPORTED_DTYPES or t.layout != torch.strided:
             raise DynamiqError(check_tensor(t)[1])
         if t.shape != t0.shape or t.dtype != t0.dtype:
             raise ValueError("dynamiq.simulate: all tensors must have the same shape and dtype")

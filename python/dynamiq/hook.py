@@ -106,16 +106,20 @@ def _hook(state: HookState, bucket: dist.GradBucket) -> torch.futures.Future[tor
     ev = ready_event(buf, name)
 
     def work():
+        result = buf
         try:
             wait_ready(buf, ev)
-            stats = run_collective(buf, name, config, "mean", seq, u)
+            if buf.layout == torch.strided:
+                stats = run_collective(buf, name, config, "mean", seq, u)
+            else:
+                result, stats = _sparse_mean(buf, state.process_group)
             state._record(index, stats, is_last)
         finally:
             if is_last:
                 state.last_step_stats = state._current
                 state._current = []
                 state.step += 1
-        return buf
+        return result
 
     fut = worker_for(name).submit(work, device=buf.device if ev is not None else None)
     # DDP reads the hook's result in C++: a failure set with Future.set_exception
@@ -127,6 +131,19 @@ def _hook(state: HookState, bucket: dist.GradBucket) -> torch.futures.Future[tor
 
 def _result(fut: torch.futures.Future) -> torch.Tensor:
     return fut.wait()
+
+
+def _sparse_mean(grad: torch.Tensor, group: dist.ProcessGroup) -> tuple:
+    """The mean of a sparse gradient (nn.Embedding(sparse=True); DDP gives each its own
+    bucket), uncompressed: torch's sparse all-reduce on dynamiq's group, from the
+    worker thread in bucket order like every other bucket. Stats path "sparse"."""
+    t = grad.coalesce()
+    nbytes = t.indices().numel() * t.indices().element_size() + t.values().numel() * t.values().element_size()
+    dist.all_reduce(t, group=group)
+    t = t / dist.get_world_size(group)
+    return t, {"path": "sparse", "numel": grad.numel(), "bytes_sent": nbytes, "meta_bytes_sent": 0,
+               "bytes_received": 0, "messages_sent": 0, "bits_per_coord": 8.0 * nbytes / max(1, grad.numel()),
+               "width_units": {}, "blocks": 0, "u": None}
 
 
 def register(ddp_model: torch.nn.parallel.DistributedDataParallel, config: Optional[Config] = None,

@@ -372,3 +372,47 @@ def _compiled(rank, world):
 def test_torch_compile_ddp_model():
     res = run_ranks(_compiled, 2, timeout=600)
     assert torch.equal(res[0], res[1])
+
+
+class _SparseEmbeddingModel(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = torch.nn.Embedding(1000, 32, sparse=True)
+        self.head = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10))
+
+    def forward(self, ids):
+        return self.head(self.emb(ids).mean(dim=1))
+
+
+def _sparse_grads(rank, world, mode):
+    # nn.Embedding(sparse=True): DDP hands the hook a sparse bucket of its own. The hook
+    # averages it uncompressed (torch's sparse all-reduce on dynamiq's group) and the
+    # dense buckets as configured; the training equals DDP's own (mode none) or keeps
+    # the replicas equal (dynamiq).
+    torch.manual_seed(0)
+    base = _SparseEmbeddingModel()
+    params = []
+    for hooked in (False, True):
+        model = DDP(copy.deepcopy(base))
+        if hooked:
+            state = dynamiq.register(model, dynamiq.Config(mode=mode, min_compress_numel=0))
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for step in range(3):
+            g = torch.Generator().manual_seed(100 * step + rank)
+            ids = torch.randint(0, 1000, (8, 5), generator=g)
+            y = torch.randint(0, 10, (8,), generator=g)
+            opt.zero_grad()
+            torch.nn.functional.cross_entropy(model(ids), y).backward()
+            opt.step()
+        params.append(torch.cat([p.detach().view(-1) for p in model.parameters()]))
+    if mode == "none":
+        torch.testing.assert_close(params[1], params[0], rtol=1e-5, atol=1e-6)
+    assert sum(s["numel"] for s in state.last_step_stats) == params[1].numel()
+    return params[1], sorted(s["path"] for s in state.last_step_stats)
+
+
+@pytest.mark.parametrize("mode", ["none", "dynamiq"])
+def test_sparse_embedding_gradients(mode):
+    res = run_ranks(_sparse_grads, 2, mode)
+    assert torch.equal(res[0][0], res[1][0]), "replicas diverged"
+    assert res[0][1] == sorted(["sparse", "exact" if mode == "none" else "compressed"]), res[0][1]

@@ -32,6 +32,8 @@ def _bad_inputs(rank, world):
     out["complex"] = _expect_error(lambda: dynamiq.all_reduce(torch.ones(8, dtype=torch.complex64), cfg),
                                    "dtype torch.complex64 is not supported")[0]
     out["strided"] = _expect_error(lambda: dynamiq.all_reduce(torch.ones(8, 8).t(), cfg), "not contiguous")[0]
+    out["sparse"] = _expect_error(lambda: dynamiq.all_reduce(torch.eye(8).to_sparse(), cfg),
+                                  "torch.sparse_coo tensors are not supported")[0]
     out["meta"] = _expect_error(lambda: dynamiq.all_reduce(torch.ones(8, device="meta"), cfg), "device meta")[0]
     # A CUDA tensor (faked: there is no GPU here) on this Gloo group: CUDA
     # tensors go through NCCL only (or this build has no CUDA at all).
