@@ -191,9 +191,12 @@ def run_collective(tensor: torch.Tensor, group_name: str, config: Config, op: st
 
 
 def ready_event(tensor: torch.Tensor, group_name: str) -> Optional["torch.cuda.Event"]:
-    """For a CUDA tensor dynamiq accepts: an event on the caller's current stream after which
-    it is ready (None otherwise: CPU tensors, and bad input, which is reported on the worker)."""
-    if tensor.device.type != "cuda" or check_tensor(tensor, group_name)[0]:
+    """For a CUDA tensor dynamiq accepts (or a sparse one, which the hook hands to torch):
+    an event on the caller's current stream after which it is ready (None otherwise: CPU
+    tensors, and bad input, which is reported on the worker)."""
+    if tensor.device.type != "cuda":
+        return None
+    if tensor.layout == torch.strided and check_tensor(tensor, group_name)[0]:
         return None
     ev = torch.cuda.Event()
     ev.record(torch.cuda.current_stream(tensor.device))
