@@ -8,13 +8,14 @@
 #   bash scripts/experiment.sh vnmse          # the paper's error tables on real gradients (~10 min)
 #   bash scripts/experiment.sh topology       # vNMSE against world size 2..64 (~10 min)
 #   bash scripts/experiment.sh train          # time to accuracy, 4 ranks at 1 Gbit/s (root, 25-45 min)
+#   bash scripts/experiment.sh memory         # host memory per rank of DDP with each hook (~2 min)
 # Extra arguments go to the experiment's script.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 PY=.venv/bin/python
 export PATH="$PWD/.venv/bin:$PATH"
-what=${1:?usage: scripts/experiment.sh kernels|allreduce|netbed|vnmse|topology|train [args]}
+what=${1:?usage: scripts/experiment.sh kernels|allreduce|netbed|vnmse|topology|train|memory [args]}
 shift
 case "$what" in
   kernels)
@@ -66,5 +67,7 @@ case "$what" in
   train)
     [ "$(id -u)" -eq 0 ] || { echo "train runs in the netbed and needs root; add --loopback to run unshaped"; }
     $PY experiments/train.py "$@" ;;
+  memory)  # experiments/results/memory_*.md
+    $PY experiments/bench_memory.py --out experiments/out/bench_memory.json "$@" ;;
   *) echo "unknown experiment: $what"; exit 2 ;;
 esac
