@@ -1,5 +1,7 @@
 #include "executor.h"
 
+#include <algorithm>
+#include <array>
 #include <chrono>
 #include <deque>
 #include <map>
@@ -26,6 +28,13 @@ struct ReleaseTo {
 // 16 MB fp32 bucket that was slower than the transfer itself), so buffers
 // live in a per-thread pool per Memory that persists across collectives (each
 // group's collectives run on one worker thread). Memory is not zero-filled.
+//
+// What it keeps: after each collective, at most the largest number of bytes
+// any of the last kPeakWindow collectives had in use at once (and never more
+// than kMaxRetained). A collective holds about its rank's share of the bucket
+// (final bytes kept for the all-gather) plus the receive window, and DDP's
+// first step all-reduces the whole model as one bucket: without the window the
+// pool would keep that step's working set for the rest of the job.
 class BufferPool {
  public:
   struct Buf {
@@ -67,20 +76,44 @@ class BufferPool {
       b->capacity = capacity;
     }
     b->size = 0;
+    in_use_ += b->capacity;
+    call_peak_ = std::max(call_peak_, in_use_);
     return Ptr(b.release(), [this](Buf* p) { put(p); });
   }
+
+  // Around each collective (see the class comment).
+  void begin_call() { call_peak_ = in_use_; }
+  void end_call() {
+    peaks_[next_peak_++ % kPeakWindow] = call_peak_;
+    size_t keep = 0;
+    for (size_t p : peaks_) keep = std::max(keep, p);
+    keep = keep > in_use_ ? keep - in_use_ : 0;
+    // largest first: they are the ones a smaller working set does not need
+    std::sort(free_.begin(), free_.end(), [](const auto& a, const auto& b) { return a->capacity > b->capacity; });
+    while (retained_ > keep && !free_.empty()) {
+      retained_ -= free_.front()->capacity;
+      free_.erase(free_.begin());
+    }
+  }
+  size_t bytes() const { return retained_ + in_use_; }
 
  private:
   void put(Buf* p) {
     std::unique_ptr<Buf> b(p);
+    in_use_ -= b->capacity;
     if (retained_ + b->capacity > kMaxRetained) return;  // freed
     retained_ += b->capacity;
     free_.push_back(std::move(b));
   }
   static constexpr size_t kMaxRetained = size_t(1) << 30;
+  static constexpr size_t kPeakWindow = 16;
   const Memory& memory_;
   std::vector<std::unique_ptr<Buf>> free_;
-  size_t retained_ = 0;
+  size_t retained_ = 0;  // bytes in free_
+  size_t in_use_ = 0;    // bytes handed out and not yet back
+  size_t call_peak_ = 0;
+  std::array<size_t, kPeakWindow> peaks_{};
+  size_t next_peak_ = 0;
 };
 
 // The calling thread's pool for `memory` (freed when the thread exits);
@@ -131,6 +164,10 @@ void park_on_failure(const Memory& memory, std::deque<PostedRecv>& recvs, std::v
 
 }  // namespace
 
+size_t executor_pool_bytes(const Memory* memory) {
+  return thread_pool_slot(memory ? *memory : host_memory()).get()->bytes();
+}
+
 void execute(Transport& tr, const Codec& codec, const Plan& plan, const BlockTable& bt,
              const Program& prog, const ExecArgs& args, ExecStats& st) {
   const size_t nb = bt.blocks.size();
@@ -145,9 +182,21 @@ void execute(Transport& tr, const Codec& codec, const Plan& plan, const BlockTab
     acc_w0 = std::min(acc_w0, b.w0);
     acc_w1 = std::max(acc_w1, b.w1);
   }
-  auto release = [&memory](float* p) { memory.release(p); };
-  std::unique_ptr<float, decltype(release)> acc(nullptr, release);
-  if (acc_w1 > acc_w0) acc.reset(static_cast<float*>(memory.allocate(size_t((acc_w1 - acc_w0) * U) * sizeof(float))));
+  BufferPool* pool = thread_pool_slot(memory).get();
+  // Declared before every local that holds pool buffers, so it runs after they are back.
+  struct CallScope {
+    const Memory& memory;
+    BufferPool* pool;
+    ~CallScope() {
+      if (thread_pool_slot(memory).get() == pool) pool->end_call();  // not a pool parked on failure
+    }
+  } call_scope{memory, pool};
+  pool->begin_call();
+  // from the pool too: a device's allocation per collective would cost a cudaMalloc and a
+  // synchronising cudaFree every time
+  BufferPool::Ptr acc_buf;
+  if (acc_w1 > acc_w0) acc_buf = pool->get(size_t((acc_w1 - acc_w0) * U) * sizeof(float));
+  float* const acc_ptr = acc_buf ? reinterpret_cast<float*>(acc_buf->data()) : nullptr;
 
   // Last op index touching each block's final bytes, to release them early.
   std::vector<size_t> last_final_use(nb, 0);
@@ -158,7 +207,6 @@ void execute(Transport& tr, const Codec& codec, const Plan& plan, const BlockTab
       last_final_use[size_t(op.block)] = i;
   }
 
-  BufferPool* pool = thread_pool_slot(memory).get();
   std::vector<uint8_t> in_acc(nb, 0);
   std::vector<BufferPool::Ptr> pending(nb), finals(nb);
   std::deque<PostedRecv> posted;
@@ -169,7 +217,7 @@ void execute(Transport& tr, const Codec& codec, const Plan& plan, const BlockTab
   auto local_of = [&](int32_t block) {
     Local x;
     if (in_acc[size_t(block)]) {
-      x.acc = acc.get();
+      x.acc = acc_ptr;
       x.acc_w0 = acc_w0;
     } else {
       x.bucket = args.bucket;
@@ -351,7 +399,7 @@ void execute(Transport& tr, const Codec& codec, const Plan& plan, const BlockTab
         const uint8_t* msg = pr.buf->data();
         switch (op.role) {
           case Role::kRecvDA: {
-            float* dst = acc.get() + (blk.w0 - acc_w0) * U;
+            float* dst = acc_ptr + (blk.w0 - acc_w0) * U;
             kernel_timer([&] { codec.decompress_accumulate(msg, total, local_of(op.block), plan, blk, dst); });
             in_acc[size_t(op.block)] = 1;
             break;

@@ -36,4 +36,8 @@ constexpr uint32_t kDynamicTagBit = 1u << 30;
 void execute(Transport& tr, const Codec& codec, const Plan& plan, const BlockTable& bt,
              const Program& prog, const ExecArgs& args, ExecStats& st);
 
+// Bytes of message buffers the calling thread's pool for `memory` (null: host)
+// holds now: kept for reuse plus in use. See BufferPool in executor.cc.
+size_t executor_pool_bytes(const Memory* memory = nullptr);
+
 }  // namespace dynamiq

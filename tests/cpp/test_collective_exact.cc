@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "hook/collective.h"
+#include "hook/executor.h"
 #include "hook/inproc_transport.h"
 #include "hook/schedule.h"
 #include "kernels/float_bits.h"
@@ -303,6 +304,45 @@ TEST(InprocTransport, ShorterMessagesCompleteALargerReceiveOnlyWhenAccepted) {
       EXPECT_EQ(got, (std::vector<uint8_t>{1, 2, 3, 4, 5, 0xEE, 0xEE, 0xEE}));
     }
     EXPECT_EQ(world.messages_posted(), 2);
+  }
+}
+
+// The executor's buffer pool keeps what recent collectives needed, not the most
+// any collective ever needed: after DDP's first step (the whole model as one
+// bucket) the pool shrinks back once the window of later, smaller calls has
+// passed, and same-sized calls do not make it grow.
+TEST(BufferPool, KeepsRecentWorkingSetNotTheLargestEver) {
+  const int n = 2;
+  CollectiveConfig cfg = exact_cfg(Topology::kRing, 1 << 20);
+  const int64_t big = 8 << 20, small = 64 << 10;  // 32 MB and 256 KB of float32
+  std::vector<std::vector<size_t>> seen(n);
+  InprocWorld world(n, std::chrono::seconds(60));
+  world.run([&](int r, Transport& t) {
+    auto run = [&](int64_t numel) {
+      std::vector<float> x(size_t(numel), float(r + 1));
+      CallArgs a;
+      a.data = x.data();
+      a.dtype = DType::kF32;
+      a.numel = numel;
+      all_reduce(t, cfg, a);
+      EXPECT_EQ(x[size_t(numel - 1)], float(n * (n + 1) / 2));
+      seen[size_t(r)].push_back(executor_pool_bytes());
+    };
+    run(big);
+    run(big);
+    for (int k = 0; k < 20; ++k) run(small);
+    run(big);
+  });
+  for (int r = 0; r < n; ++r) {
+    const auto& b = seen[size_t(r)];
+    ASSERT_EQ(b.size(), 23u);
+    // a big call holds at least its rank's share of final bytes (half the bucket)
+    EXPECT_GE(b[0], size_t(big) * 4 / 2) << "rank " << r;
+    EXPECT_EQ(b[1], b[0]) << "rank " << r << ": a same-sized call grew the pool";
+    EXPECT_EQ(b[2], b[0]) << "rank " << r << ": the pool shrank inside the window";
+    // 16 small calls later the big working set is gone: a small call holds under 4 MB
+    EXPECT_LT(b[21], size_t(4) << 20) << "rank " << r;
+    EXPECT_GE(b[22], b[0]) << "rank " << r;
   }
 }
 
