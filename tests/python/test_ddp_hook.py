@@ -28,7 +28,10 @@ def batch(rank, step, dtype=torch.float32):
     return torch.randn(16, 32, generator=g).to(dtype), torch.randint(0, 10, (16,), generator=g)
 
 
-def train(model, rank, steps, accumulate=1, dtype=torch.float32):
+def train(model, rank, steps, accumulate=1, dtype=torch.float32, forward=None):
+    """SGD steps on batch(rank, ...); `forward` (default: the model) computes the
+    output, e.g. a torch.compile'd model. Returns copies of the parameters."""
+    forward = forward if forward is not None else model
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     for step in range(steps):
         opt.zero_grad()
@@ -36,7 +39,7 @@ def train(model, rank, steps, accumulate=1, dtype=torch.float32):
             x, y = batch(rank, step * accumulate + micro, dtype)
             ctx = model.no_sync() if micro < accumulate - 1 else _null()
             with ctx:
-                loss = torch.nn.functional.cross_entropy(model(x).float(), y)
+                loss = torch.nn.functional.cross_entropy(forward(x).float(), y)
                 loss.backward()
         opt.step()
     return [p.detach().clone() for p in model.parameters()]
@@ -247,13 +250,9 @@ def _uneven_inputs(rank, world):
         model = DDP(make_model(), bucket_cap_mb=0.01)
         if hooked:
             dynamiq.register(model, dynamiq.Config(mode="none"))
-        opt = torch.optim.SGD(model.parameters(), lr=0.1)
         with Join([model]):
-            for step in range(2 + 2 * rank):  # rank r has 2 + 2r batches
-                x, y = batch(rank, step)
-                opt.zero_grad()
-                torch.nn.functional.cross_entropy(model(x), y).backward()
-                opt.step()
+            train(model, rank, 2 + 2 * rank)  # rank r has 2 + 2r batches
+        # read after the context: leaving it gives every rank the last joiner's parameters
         params.append(torch.cat([p.detach().view(-1) for p in model.parameters()]))
     torch.testing.assert_close(params[1], params[0], rtol=1e-5, atol=1e-6)
     return params[1]
@@ -356,14 +355,8 @@ def _compiled(rank, world):
         model = DDP(copy.deepcopy(base))
         if hooked:
             state = dynamiq.register(model, dynamiq.Config(mode="none"))
-        compiled = torch.compile(model)
-        opt = torch.optim.SGD(model.parameters(), lr=0.1)
-        for step in range(3):
-            x, y = batch(rank, step)
-            opt.zero_grad()
-            torch.nn.functional.cross_entropy(compiled(x), y).backward()
-            opt.step()
-        params.append(torch.cat([p.detach().view(-1) for p in model.parameters()]))
+        trained = train(model, rank, 3, forward=torch.compile(model))
+        params.append(torch.cat([p.view(-1) for p in trained]))
     torch.testing.assert_close(params[1], params[0], rtol=1e-5, atol=1e-6)
     assert state.step == 3 and sum(s["numel"] for s in state.last_step_stats) == params[1].numel()
     return params[1]
