@@ -199,6 +199,7 @@ CallStats all_reduce(Transport& tr, const CollectiveConfig& cfg, const CallArgs&
     cs.t_wait = es.t_wait;
     cs.t_post = es.t_post;
     cs.t_total = secs(t_start, Clock::now());
+    cs.pool_bytes = int64_t(executor_pool_bytes(a.device ? &a.device->memory() : nullptr));
     return cs;
   }
 
@@ -249,6 +250,7 @@ CallStats all_reduce(Transport& tr, const CollectiveConfig& cfg, const CallArgs&
   cs.t_wait = es.t_wait;
   cs.t_post = es.t_post;
   cs.t_total = secs(t_start, Clock::now());
+  cs.pool_bytes = int64_t(executor_pool_bytes(ea.memory));
   return cs;
 }
 

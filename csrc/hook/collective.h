@@ -63,6 +63,7 @@ struct CallStats {
   int64_t blocks = 0;
   double t_local = 0.0, t_header = 0.0, t_meta = 0.0, t_plan = 0.0;
   double t_kernel = 0.0, t_wait = 0.0, t_post = 0.0, t_total = 0.0;
+  int64_t pool_bytes = 0;  // message buffers the calling thread keeps after the call (executor_pool_bytes)
   bool has_u = false;
   double u = 0.0;       // allocator state after this call (carry to the next step)
   double u_step = 0.0;

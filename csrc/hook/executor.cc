@@ -40,6 +40,7 @@ class BufferPool {
   struct Buf {
     std::unique_ptr<uint8_t, ReleaseTo> mem;
     size_t capacity = 0;
+    size_t requested = 0;  // what the current user asked for (<= capacity)
     size_t size = 0;  // bytes in use
     uint8_t* ext = nullptr;  // set: a view of memory the pool does not own (the bucket)
     uint8_t* data() { return ext ? ext : mem.get(); }
@@ -76,21 +77,26 @@ class BufferPool {
       b->capacity = capacity;
     }
     b->size = 0;
+    b->requested = capacity;
     in_use_ += b->capacity;
-    call_peak_ = std::max(call_peak_, in_use_);
+    requested_ += capacity;
+    call_peak_ = std::max(call_peak_, requested_);
     return Ptr(b.release(), [this](Buf* p) { put(p); });
   }
 
   // Around each collective (see the class comment).
-  void begin_call() { call_peak_ = in_use_; }
+  // Peaks count requested bytes, not the capacity of the buffers handed out: a
+  // small request served by a large free buffer must not keep that buffer alive.
+  void begin_call() { call_peak_ = requested_; }
   void end_call() {
     peaks_[next_peak_++ % kPeakWindow] = call_peak_;
     size_t keep = 0;
     for (size_t p : peaks_) keep = std::max(keep, p);
     keep = keep > in_use_ ? keep - in_use_ : 0;
-    // largest first: they are the ones a smaller working set does not need
+    // largest first (they are the ones a smaller working set does not need), and
+    // not below `keep`
     std::sort(free_.begin(), free_.end(), [](const auto& a, const auto& b) { return a->capacity > b->capacity; });
-    while (retained_ > keep && !free_.empty()) {
+    while (!free_.empty() && retained_ - free_.front()->capacity >= keep) {
       retained_ -= free_.front()->capacity;
       free_.erase(free_.begin());
     }
@@ -101,6 +107,7 @@ class BufferPool {
   void put(Buf* p) {
     std::unique_ptr<Buf> b(p);
     in_use_ -= b->capacity;
+    requested_ -= b->requested;
     if (retained_ + b->capacity > kMaxRetained) return;  // freed
     retained_ += b->capacity;
     free_.push_back(std::move(b));
@@ -111,6 +118,7 @@ class BufferPool {
   std::vector<std::unique_ptr<Buf>> free_;
   size_t retained_ = 0;  // bytes in free_
   size_t in_use_ = 0;    // bytes handed out and not yet back
+  size_t requested_ = 0;  // what their users asked for
   size_t call_peak_ = 0;
   std::array<size_t, kPeakWindow> peaks_{};
   size_t next_peak_ = 0;

@@ -81,6 +81,7 @@ py::dict stats_dict(const CallStats& s) {
   d["t_wait"] = s.t_wait;
   d["t_post"] = s.t_post;
   d["t_total"] = s.t_total;
+  d["pool_bytes"] = s.pool_bytes;
   if (s.has_u) {
     d["u"] = py::make_tuple(s.u, s.u_step);
   } else {
