@@ -342,7 +342,7 @@ TEST(BufferPool, KeepsRecentWorkingSetNotTheLargestEver) {
     EXPECT_EQ(b[2], b[0]) << "rank " << r << ": the pool shrank inside the window";
     // 16 small calls later the big working set is gone: a small call holds under 4 MB
     EXPECT_LT(b[21], size_t(4) << 20) << "rank " << r;
-    EXPECT_GE(b[22], size_t(big) * 4 / 2) << "rank " << r << ": a big call again keeps its working set";
+    EXPECT_GE(b[22], b[0]) << "rank " << r << ": a big call again keeps its working set";
   }
 }
 
