@@ -136,14 +136,15 @@ def _result(fut: torch.futures.Future) -> torch.Tensor:
 def _sparse_mean(grad: torch.Tensor, group: dist.ProcessGroup) -> tuple:
     """The mean of a sparse gradient (nn.Embedding(sparse=True); DDP gives each its own
     bucket), uncompressed: torch's sparse all-reduce on dynamiq's group, from the
-    worker thread in bucket order like every other bucket. Stats path "sparse"."""
+    worker thread in bucket order like every other bucket. Stats path "sparse", with the
+    bytes of this rank's indices and values as bytes_sent."""
     t = grad.coalesce()
     nbytes = t.indices().numel() * t.indices().element_size() + t.values().numel() * t.values().element_size()
     dist.all_reduce(t, group=group)
     t = t / dist.get_world_size(group)
+    # only what is known here (torch does not say what its sparse all-reduce received)
     return t, {"path": "sparse", "numel": grad.numel(), "bytes_sent": nbytes, "meta_bytes_sent": 0,
-               "bytes_received": 0, "messages_sent": 0, "bits_per_coord": 8.0 * nbytes / max(1, grad.numel()),
-               "width_units": {}, "blocks": 0, "u": None}
+               "bits_per_coord": 8.0 * nbytes / max(1, grad.numel()), "u": None}
 
 
 def register(ddp_model: torch.nn.parallel.DistributedDataParallel, config: Optional[Config] = None,
