@@ -138,6 +138,7 @@ struct PendingSend {
   BufferPool::Ptr buf;  // keeps the bytes alive until the send completes (null: zero-copy from the bucket)
   int32_t zero_copy_block = -1;
 };
+size_t held_bytes(const PendingSend& s) { return s.buf ? s.buf->capacity : 0; }
 
 struct PostedRecv {
   size_t op = 0;
@@ -219,6 +220,7 @@ void execute(Transport& tr, const Codec& codec, const Plan& plan, const BlockTab
   std::vector<BufferPool::Ptr> pending(nb), finals(nb);
   std::deque<PostedRecv> posted;
   std::vector<PendingSend> sends;
+  size_t send_held = 0;  // pool bytes held by `sends` (see reap_sends)
   size_t next_recv = 0;      // next op index to consider for posting a receive
   int64_t inflight = 0;      // bytes of posted, unhandled receives
 
@@ -300,9 +302,13 @@ void execute(Transport& tr, const Codec& codec, const Plan& plan, const BlockTab
   // incoming message's second part (op index of that receive -> the message),
   // once the incoming first part told its size.
   std::map<size_t, std::pair<Op, BufferPool::Ptr>> deferred_dynamic;
+  auto push_send = [&](PendingSend&& p) {
+    send_held += held_bytes(p);
+    sends.push_back(std::move(p));
+  };
   auto send_dynamic = [&](const Op& op, const BufferPool::Ptr& buf, size_t sb) {
     if (buf->size > sb)
-      sends.push_back(PendingSend{
+      push_send(PendingSend{
           tr.isend(buf->data() + sb, buf->size - sb, op.peer, op.tag | kDynamicTagBit), buf, -1});
   };
   auto post_send = [&](size_t i, const BufferPool::Ptr& buf) {
@@ -313,21 +319,21 @@ void execute(Transport& tr, const Codec& codec, const Plan& plan, const BlockTab
     if (one_part(b)) {
       // the whole message at once (the receiver posted for its largest size)
       timed(st.t_post, [&] {
-        sends.push_back(PendingSend{tr.isend(buf->data(), buf->size, op.peer, op.tag), buf, -1});
+        push_send(PendingSend{tr.isend(buf->data(), buf->size, op.peer, op.tag), buf, -1});
       });
     } else if (!paired_recv(i)) {
       // both parts now: in one group (Gloo: no constraint), or on an ordered
       // transport one after the other, as the receiver posts them
       if (!ordered) tr.group_start();
       timed(st.t_post, [&] {
-        sends.push_back(PendingSend{tr.isend(buf->data(), sb, op.peer, op.tag), buf, -1});
+        push_send(PendingSend{tr.isend(buf->data(), sb, op.peer, op.tag), buf, -1});
         send_dynamic(op, buf, sb);
       });
       if (!ordered) tr.group_end();
     } else {
       // a step that also receives: first parts together now, second parts together later
       tr.group_start();
-      timed(st.t_post, [&] { sends.push_back(PendingSend{tr.isend(buf->data(), sb, op.peer, op.tag), buf, -1}); });
+      timed(st.t_post, [&] { push_send(PendingSend{tr.isend(buf->data(), sb, op.peer, op.tag), buf, -1}); });
       deferred_dynamic.emplace(next_recv, std::make_pair(op, buf));
       post_recv_at(next_recv++);
       tr.group_end();
@@ -341,7 +347,7 @@ void execute(Transport& tr, const Codec& codec, const Plan& plan, const BlockTab
     const bool paired = paired_recv(i);
     if (paired) tr.group_start();
     timed(st.t_post,
-          [&] { sends.push_back(PendingSend{tr.isend(data, sb, op.peer, op.tag), nullptr, op.block}); });
+          [&] { push_send(PendingSend{tr.isend(data, sb, op.peer, op.tag), nullptr, op.block}); });
     if (paired) {
       post_recv_at(next_recv++);
       tr.group_end();
@@ -360,16 +366,40 @@ void execute(Transport& tr, const Codec& codec, const Plan& plan, const BlockTab
       }
     zero_copy_pending[size_t(block)] = 0;
   };
+  // Send buffers go back to the pool once their sends complete. Gloo's sends
+  // report completion only from wait() (test() stays false), so without a bound
+  // a collective would hold every message it sent: its whole share of the
+  // bucket. Hence the send window: while the buffers of unfinished sends exceed
+  // window_bytes, wait on the oldest. That cannot deadlock: every schedule
+  // orders each rank's operations by (step, block), a message has the same
+  // position in its sender's and its receiver's program, and receives are
+  // posted at least up to the rank's current operation; a rank waiting on a
+  // send is waiting for a receiver whose position is earlier than that send's,
+  // so a chain of waiting ranks has strictly decreasing positions and cannot
+  // close into a cycle. (Checked on every schedule with rendezvous sends in
+  // tests/cpp/test_send_window.cc.)
   auto reap_sends = [&] {
     timed(st.t_post, [&] {
       size_t k = 0;
       for (size_t i = 0; i < sends.size(); ++i) {
-        if (sends[i].req->test()) continue;  // completed: drop request and buffer ref
+        if (sends[i].req->test()) {  // completed: drop request and buffer ref
+          send_held -= held_bytes(sends[i]);
+          continue;
+        }
         if (k != i) sends[k] = std::move(sends[i]);
         ++k;
       }
       sends.resize(k);
     });
+    for (size_t i = 0; i < sends.size() && send_held > size_t(args.window_bytes);) {
+      if (!sends[i].buf) {
+        ++i;
+        continue;
+      }
+      wait_timer(*sends[i].req);
+      send_held -= held_bytes(sends[i]);
+      sends.erase(sends.begin() + std::ptrdiff_t(i));
+    }
   };
   try {
     for (size_t i = 0; i < prog.ops.size(); ++i) {
@@ -424,16 +454,16 @@ void execute(Transport& tr, const Codec& codec, const Plan& plan, const BlockTab
             if (op.role == Role::kRecvDAR) {
               pending[size_t(op.block)] = out;
             } else {
-              if (!view) {
-                before_output(op.block);
-                kernel_timer([&] { codec.decompress(out->data(), out->size, plan, blk, args.out); });
-              }
+              // final bytes -> output values (with a view: in place; see Codec::output_view)
+              if (!view) before_output(op.block);
+              kernel_timer([&] { codec.decompress(out->data(), out->size, plan, blk, args.out); });
               finals[size_t(op.block)] = out;
             }
             break;
           }
           case Role::kRecvFinal: {
             before_output(op.block);
+            // received into an output view: already output values (Codec::output_view)
             if (!pr.buf->ext) kernel_timer([&] { codec.decompress(msg, total, plan, blk, args.out); });
             finals[size_t(op.block)] = pr.buf;
             break;
@@ -471,7 +501,9 @@ void execute(Transport& tr, const Codec& codec, const Plan& plan, const BlockTab
         if (buf) post_send(i, buf);
       }
       if (last_final_use[size_t(op.block)] == i) finals[size_t(op.block)].reset();
-      if (sends.size() > 64) reap_sends();
+      // Completed sends give their buffers back to the pool now, for the next
+      // messages to reuse; at most a window of send buffers stays in flight.
+      if (!sends.empty()) reap_sends();
     }
     for (auto& s : sends) wait_timer(*s.req);
     sends.clear();

@@ -224,6 +224,69 @@ void InprocWorld::take(int src, int dst, uint32_t tag, void* data, size_t bytes)
   }
 }
 
+void InprocWorld::move_locked(const Side& s, const Side& r) {
+  if (s.bytes > r.bytes || (s.bytes < r.bytes && !accepts_shorter_)) {
+    r.t->error = "message of " + std::to_string(s.bytes) + " bytes, receive posted for " + std::to_string(r.bytes);
+    s.t->error = r.t->error;
+  } else if (s.bytes > 0) {
+    std::vector<uint8_t> tmp(s.bytes);
+    memory_.to_host(tmp.data(), s.send, s.bytes);
+    memory_.from_host(r.recv, tmp.data(), s.bytes);
+  }
+  s.t->done = r.t->done = true;
+  cv_.notify_all();
+}
+
+std::shared_ptr<InprocWorld::Transfer> InprocWorld::post_send_rv(int src, int dst, uint32_t tag,
+                                                                 const void* data, size_t bytes) {
+  DQ_CHECK(dst >= 0 && dst < size_, "in-process send: bad destination rank");
+  std::lock_guard<std::mutex> lk(mu_);
+  throw_if_failed_locked();  // a failed rank's buffers may be gone
+  ++messages_posted_;
+  Side s{data, nullptr, bytes, std::make_shared<Transfer>()};
+  const Key key{src, dst, tag};
+  auto it = unmatched_recvs_.find(key);
+  if (it != unmatched_recvs_.end() && !it->second.empty()) {
+    move_locked(s, it->second.front());
+    it->second.pop_front();
+    if (it->second.empty()) unmatched_recvs_.erase(it);
+  } else {
+    unmatched_sends_[key].push_back(s);
+  }
+  return s.t;
+}
+
+std::shared_ptr<InprocWorld::Transfer> InprocWorld::post_recv_rv(int src, int dst, uint32_t tag, void* data,
+                                                                 size_t bytes) {
+  DQ_CHECK(src >= 0 && src < size_, "in-process recv: bad source rank");
+  std::lock_guard<std::mutex> lk(mu_);
+  throw_if_failed_locked();
+  Side r{nullptr, data, bytes, std::make_shared<Transfer>()};
+  const Key key{src, dst, tag};
+  auto it = unmatched_sends_.find(key);
+  if (it != unmatched_sends_.end() && !it->second.empty()) {
+    move_locked(it->second.front(), r);
+    it->second.pop_front();
+    if (it->second.empty()) unmatched_sends_.erase(it);
+  } else {
+    unmatched_recvs_[key].push_back(r);
+  }
+  return r.t;
+}
+
+void InprocWorld::wait_rv(const Transfer& t, const char* what, int peer, uint32_t tag) {
+  std::unique_lock<std::mutex> lk(mu_);
+  const auto deadline = std::chrono::steady_clock::now() + timeout_;
+  const std::string where = std::string("in-process ") + what + " rank " + std::to_string(peer) + " tag " +
+                            std::to_string(tag);
+  while (!t.done) {
+    throw_if_failed_locked();
+    if (cv_.wait_until(lk, deadline) == std::cv_status::timeout)
+      throw TransportError(where + " timed out after " + std::to_string(timeout_.count()) + " ms");
+  }
+  if (!t.error.empty()) throw TransportError(where + ": " + t.error);
+}
+
 int64_t InprocWorld::messages_posted() const {
   std::lock_guard<std::mutex> lk(mu_);
   return messages_posted_;
@@ -317,16 +380,44 @@ class DoneRequest final : public Request {
   bool test() override { return true; }
 };
 
+// Rendezvous mode (see InprocWorld::set_rendezvous_sends).
+class RendezvousRequest final : public Request {
+ public:
+  RendezvousRequest(InprocWorld& w, std::shared_ptr<InprocWorld::Transfer> t, bool send, int peer, uint32_t tag)
+      : w_(w), t_(std::move(t)), send_(send), peer_(peer), tag_(tag) {}
+  void wait() override {
+    if (waited_) return;
+    w_.wait_rv(*t_, send_ ? "send to" : "recv from", peer_, tag_);
+    waited_ = true;
+  }
+  // As Gloo's SendWork: completion is reported only after wait().
+  bool test() override { return waited_; }
+
+ private:
+  InprocWorld& w_;
+  std::shared_ptr<InprocWorld::Transfer> t_;
+  bool send_;
+  int peer_;
+  uint32_t tag_;
+  bool waited_ = false;
+};
+
 }  // namespace
 
 std::unique_ptr<Request> InprocTransport::irecv(void* buf, size_t bytes, int src, uint32_t tag) {
   world_.record(rank_, src, false, bytes, group_);
+  if (world_.rendezvous_sends())
+    return std::make_unique<RendezvousRequest>(world_, world_.post_recv_rv(src, rank_, tag, buf, bytes), false,
+                                               src, tag);
   return std::make_unique<InprocRecv>(world_, src, rank_, tag, buf, bytes);
 }
 
 std::unique_ptr<Request> InprocTransport::isend(const void* buf, size_t bytes, int dst,
                                                 uint32_t tag) {
   world_.record(rank_, dst, true, bytes, group_);
+  if (world_.rendezvous_sends())
+    return std::make_unique<RendezvousRequest>(world_, world_.post_send_rv(rank_, dst, tag, buf, bytes), true,
+                                               dst, tag);
   world_.post(rank_, dst, tag, buf, bytes);
   return std::make_unique<DoneRequest>();
 }

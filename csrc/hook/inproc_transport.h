@@ -2,7 +2,8 @@
 // Sends are eager (the bytes are copied into the receiver's mailbox at once),
 // receives block until a message with the same (source, tag) arrives and
 // must have exactly the posted size (or at most it, as on Gloo: see
-// set_accepts_shorter_messages). If any rank fails, the world is marked
+// set_accepts_shorter_messages). With set_rendezvous_sends, sends behave as
+// Gloo's instead (see there). If any rank fails, the world is marked
 // failed and every blocked peer raises at once instead of waiting out the
 // timeout.
 #pragma once
@@ -12,6 +13,7 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <tuple>
@@ -70,6 +72,16 @@ class InprocWorld {
   // before run().
   void set_accepts_shorter_messages(bool on) { accepts_shorter_ = on; }
   bool accepts_shorter_messages() const { return accepts_shorter_; }
+  // Gloo's send semantics: a message moves only once both its send and its
+  // receive are posted (whichever comes second copies the bytes, straight from
+  // the sender's buffer into the receiver's), and a send completes then; its
+  // Request's test() stays false until wait() (Gloo's SendWork reports
+  // completion only from wait()). A sender that frees or rewrites its buffer
+  // before the send completes is caught (wrong bytes, or ASan), and so is a
+  // rank that waits on a send whose receive is never posted (deadlock: the
+  // timeout). Call before run().
+  void set_rendezvous_sends(bool on) { rendezvous_ = on; }
+  bool rendezvous_sends() const { return rendezvous_; }
   // Messages sent so far (all ranks).
   int64_t messages_posted() const;
 
@@ -79,6 +91,14 @@ class InprocWorld {
   void record(int rank, int peer, bool send, size_t bytes, uint64_t group);
   void post(int src, int dst, uint32_t tag, const void* data, size_t bytes);
   void take(int src, int dst, uint32_t tag, void* data, size_t bytes);
+  // Rendezvous mode: one message's state, shared by its send and receive.
+  struct Transfer {
+    bool done = false;
+    std::string error;  // set with done when the sizes do not fit
+  };
+  std::shared_ptr<Transfer> post_send_rv(int src, int dst, uint32_t tag, const void* data, size_t bytes);
+  std::shared_ptr<Transfer> post_recv_rv(int src, int dst, uint32_t tag, void* data, size_t bytes);
+  void wait_rv(const Transfer& t, const char* what, int peer, uint32_t tag);
   void allreduce(int rank, int64_t* data, size_t count);
 
  private:
@@ -91,6 +111,16 @@ class InprocWorld {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::map<Key, std::deque<std::vector<uint8_t>>> mail_;
+  // rendezvous mode: posted sends and receives not yet matched, per (src, dst, tag)
+  struct Side {
+    const void* send = nullptr;
+    void* recv = nullptr;
+    size_t bytes = 0;
+    std::shared_ptr<Transfer> t;
+  };
+  std::map<Key, std::deque<Side>> unmatched_sends_, unmatched_recvs_;
+  void move_locked(const Side& s, const Side& r);
+  bool rendezvous_ = false;
   bool failed_ = false;
   std::string failure_;
   // all-reduce rendezvous

@@ -122,10 +122,16 @@ class Codec {
     (void)x, (void)plan, (void)b;
     return nullptr;
   }
-  // Zero-copy output: if decompress(bytes) would copy the bytes unchanged into
-  // the bucket (identity codec, no divisor, no bias), the block's place in the
-  // bucket, else null. The executor then receives final bytes straight into
-  // the bucket and lets the sink write its final bytes there.
+  // Zero-copy output: if the block's final bytes can be kept in the bucket as
+  // its output values (identity codec: final bytes are values of the bucket's
+  // dtype), the block's place in the bucket, else null. The executor then has
+  // the sink write its final bytes there and turn them into output values in
+  // place (decompress with the view as input: a division for mean, nothing for
+  // sum), sends the block's final bytes from there, and receives final bytes
+  // straight into the bucket, unchanged. So with a view, the final bytes on the
+  // wire are output values (for mean: divided once, by the sink), and every
+  // rank ends with the sink's bits. Saves keeping a copy of the rank's share
+  // of the bucket for the all-gather.
   virtual uint8_t* output_view(const Output& y, const Plan& plan, const Block& b) const {
     (void)y, (void)plan, (void)b;
     return nullptr;
