@@ -8,7 +8,7 @@
 #   bash scripts/experiment.sh vnmse          # the paper's error tables on real gradients (~10 min)
 #   bash scripts/experiment.sh topology       # vNMSE against world size 2..64 (~10 min)
 #   bash scripts/experiment.sh train          # time to accuracy, 4 ranks at 1 Gbit/s (root, 25-45 min)
-#   bash scripts/experiment.sh memory         # host memory per rank of DDP with each hook (~2 min)
+#   bash scripts/experiment.sh memory         # host memory per rank of DDP with each hook (~2 min; --pool-table: ~7)
 # Extra arguments go to the experiment's script.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -44,7 +44,7 @@ struct CollectiveConfig {
   // pays a fixed cost per message: measured 0.3-1 ms on loopback).
   int64_t block_bytes = 0;
   int64_t min_compress_numel = 4096; // smaller buckets take the exact path
-  int64_t window_bytes = 16 << 20;   // receive buffers posted ahead
+  int64_t window_bytes = 16 << 20;   // receive buffers posted ahead; sent buffers kept (executor.cc)
 
   static constexpr int64_t kCompressedBlockBytes = 1 << 20;
   static constexpr int64_t kExactBlockBytes = 4 << 20;

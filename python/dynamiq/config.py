@@ -66,7 +66,9 @@ class Config:
         overlap and Gloo's per-message cost dominates on fast links
         (experiments/RESULTS.md has the sweep).
       min_compress_numel: buckets with fewer elements take the exact path.
-      window_bytes: receive buffers posted ahead per collective (rank-local).
+      window_bytes: receive buffers posted ahead per collective, and the most
+        bytes of sent messages' buffers kept before waiting on the oldest
+        send (rank-local; memory, not wire format).
     """
 
     VERSION = 1
