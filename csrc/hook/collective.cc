@@ -141,7 +141,9 @@ void all_reduce_exact_f32(Transport& tr, Topology topo, float* data, int64_t cou
   if (bytes_sent) *bytes_sent += es.bytes_sent;
 }
 
-CallStats all_reduce(Transport& tr, const CollectiveConfig& cfg, const CallArgs& a) {
+namespace {
+
+CallStats all_reduce_one(Transport& tr, const CollectiveConfig& cfg, const CallArgs& a, uint32_t slice) {
   const auto t_start = Clock::now();
   CallStats cs;
   cs.numel = a.numel;
@@ -171,6 +173,7 @@ CallStats all_reduce(Transport& tr, const CollectiveConfig& cfg, const CallArgs&
       {"dtype", uint64_t(a.dtype)},
       {"numel", uint64_t(a.numel)},
       {"collective sequence number", a.seq},
+      {"slice of the bucket", uint64_t(slice)},
       {"config fingerprint (bits, seed, widths, rounding, group sizes, block size)",
        cfg.fingerprint()},
   };
@@ -234,7 +237,7 @@ CallStats all_reduce(Transport& tr, const CollectiveConfig& cfg, const CallArgs&
   ea.out.bias_scale = float(n);
   ea.out.divisor = a.op == ReduceOp::kMean ? float(n) : 1.0f;
   ea.window_bytes = cfg.window_bytes;
-  ea.rng.key = make_rng_key(cfg.seed, a.seq);
+  ea.rng.key = make_rng_key(cfg.seed, a.seq, slice);
   ea.rng.rank = tr.rank();
   ea.rng.world = n;
   ea.rng.correlated = cfg.correlated;
@@ -252,6 +255,53 @@ CallStats all_reduce(Transport& tr, const CollectiveConfig& cfg, const CallArgs&
   cs.t_total = secs(t_start, Clock::now());
   cs.pool_bytes = int64_t(executor_pool_bytes(ea.memory));
   return cs;
+}
+
+}  // namespace
+
+CallStats all_reduce(Transport& tr, const CollectiveConfig& cfg, const CallArgs& a) {
+  const int64_t es = dtype_size(a.dtype);
+  const int64_t max_numel =
+      cfg.max_collective_bytes > 0 ? std::max<int64_t>(cfg.max_collective_bytes / es, 4096) : INT64_MAX;
+  if (a.local_error != InputError::kNone || a.numel <= max_numel) return all_reduce_one(tr, cfg, a, 0);
+  const int64_t k = ceil_div<int64_t>(a.numel, max_numel);
+  const int64_t len = std::min(max_numel, ceil_div<int64_t>(ceil_div<int64_t>(a.numel, k), 4096) * 4096);
+  CallStats total;
+  total.numel = a.numel;
+  total.slices = 0;
+  double bits = 0.0;
+  bool nonfinite = false;
+  for (int64_t start = 0; start < a.numel; start += len) {
+    CallArgs s = a;
+    s.data = static_cast<uint8_t*>(a.data) + start * es;
+    s.numel = std::min(len, a.numel - start);
+    const CallStats c = all_reduce_one(tr, cfg, s, uint32_t(total.slices));
+    if (total.slices == 0) total.path = c.path;
+    nonfinite = nonfinite || c.path == Path::kExactNonfinite;
+    total.slices += 1;
+    total.bytes_sent += c.bytes_sent;
+    total.bytes_received += c.bytes_received;
+    total.messages_sent += c.messages_sent;
+    total.meta_bytes_sent += c.meta_bytes_sent;
+    bits += c.bits_per_coord * double(s.numel);
+    for (int i = 0; i < 5; ++i) total.width_units[i] += c.width_units[i];
+    total.blocks += c.blocks;
+    total.t_local += c.t_local;
+    total.t_header += c.t_header;
+    total.t_meta += c.t_meta;
+    total.t_plan += c.t_plan;
+    total.t_kernel += c.t_kernel;
+    total.t_wait += c.t_wait;
+    total.t_post += c.t_post;
+    total.t_total += c.t_total;
+    total.pool_bytes = c.pool_bytes;
+    total.has_u = c.has_u;
+    total.u = c.u;
+    total.u_step = c.u_step;
+  }
+  if (nonfinite) total.path = Path::kExactNonfinite;
+  total.bits_per_coord = bits / double(a.numel);
+  return total;
 }
 
 }  // namespace dynamiq

@@ -64,13 +64,19 @@ struct CallStats {
   double t_local = 0.0, t_header = 0.0, t_meta = 0.0, t_plan = 0.0;
   double t_kernel = 0.0, t_wait = 0.0, t_post = 0.0, t_total = 0.0;
   int64_t pool_bytes = 0;  // message buffers the calling thread keeps after the call (executor_pool_bytes)
+  int64_t slices = 1;      // collectives the bucket ran as (CollectiveConfig::max_collective_bytes)
   bool has_u = false;
   double u = 0.0;       // allocator state after this call (carry to the next step)
   double u_step = 0.0;
 };
 
 // Runs the collective in place on args.data. Throws Error (same message on
-// every rank for config disagreement and reported input errors).
+// every rank for config disagreement and reported input errors). A bucket of
+// more than cfg.max_collective_bytes runs as that many equal slices (multiples
+// of 4096 elements), each a whole collective of its own (header, statistics,
+// plan, randomness key make_rng_key(seed, seq, slice), the bucket's PlanState
+// carried from one slice to the next); the stats add up over the slices (path:
+// exact-nonfinite if any slice took it; bits_per_coord: the numel-weighted mean).
 CallStats all_reduce(Transport& tr, const CollectiveConfig& cfg, const CallArgs& args);
 
 // The sum of a float32 vector in host memory over ranks with the identity

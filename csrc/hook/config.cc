@@ -59,6 +59,7 @@ uint64_t CollectiveConfig::fingerprint() const {
   f.add(uint8_t(hierarchical_scales));
   f.add(block_bytes);
   f.add(min_compress_numel);
+  if (max_collective_bytes != (int64_t(256) << 20)) f.add(max_collective_bytes);  // default: fingerprint as before
   // window_bytes is rank-local (receive buffering) and does not change the wire.
   return f.h;
 }

@@ -45,6 +45,10 @@ struct CollectiveConfig {
   int64_t block_bytes = 0;
   int64_t min_compress_numel = 4096; // smaller buckets take the exact path
   int64_t window_bytes = 16 << 20;   // receive buffers posted ahead; sent buffers kept (executor.cc)
+  // Buckets of more bytes run as several collectives of at most this many
+  // bytes, one after the other (0: never split). Bounds the working memory:
+  // DDP's first step all-reduces the whole model as one bucket.
+  int64_t max_collective_bytes = int64_t(256) << 20;
 
   static constexpr int64_t kCompressedBlockBytes = 1 << 20;
   static constexpr int64_t kExactBlockBytes = 4 << 20;

@@ -82,6 +82,7 @@ py::dict stats_dict(const CallStats& s) {
   d["t_post"] = s.t_post;
   d["t_total"] = s.t_total;
   d["pool_bytes"] = s.pool_bytes;
+  d["slices"] = s.slices;
   if (s.has_u) {
     d["u"] = py::make_tuple(s.u, s.u_step);
   } else {
@@ -238,6 +239,7 @@ PYBIND11_MODULE(_C, m) {
       .def_readwrite("block_bytes", &CollectiveConfig::block_bytes)
       .def_readwrite("min_compress_numel", &CollectiveConfig::min_compress_numel)
       .def_readwrite("window_bytes", &CollectiveConfig::window_bytes)
+      .def_readwrite("max_collective_bytes", &CollectiveConfig::max_collective_bytes)
       .def("fingerprint", &CollectiveConfig::fingerprint);
 
   m.def("all_reduce", &run_all_reduce, py::arg("tensor"), py::arg("group_name"), py::arg("config"),

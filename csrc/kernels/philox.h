@@ -70,10 +70,12 @@ struct RngKey {
   uint32_t k0, k1;
 };
 
-DQ_HD RngKey make_rng_key(uint64_t seed, uint64_t sequence) {
-  // One Philox call as a mixing function, so nearby (seed, sequence) pairs give
-  // unrelated keys.
-  Philox4x32 r = philox4x32_10(uint32_t(sequence), uint32_t(sequence >> 32), 0x64796e61u /*"dyna"*/,
+// `slice`: the k-th collective of a bucket split by max_collective_bytes (0 for
+// every bucket that is not split, whose keys are unchanged by it).
+DQ_HD RngKey make_rng_key(uint64_t seed, uint64_t sequence, uint32_t slice = 0) {
+  // One Philox call as a mixing function, so nearby (seed, sequence, slice)
+  // triples give unrelated keys.
+  Philox4x32 r = philox4x32_10(uint32_t(sequence), uint32_t(sequence >> 32), 0x64796e61u /*"dyna"*/ + slice,
                                0x6d69715fu, uint32_t(seed), uint32_t(seed >> 32));
   return RngKey{r.v[0], r.v[1]};
 }

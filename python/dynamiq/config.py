@@ -69,6 +69,11 @@ class Config:
       window_bytes: receive buffers posted ahead per collective, and the most
         bytes of sent messages' buffers kept before waiting on the oldest
         send (rank-local; memory, not wire format).
+      max_collective_bytes: a bucket of more bytes runs as several
+        collectives of at most this many bytes (equal slices), one after the
+        other, each with its own statistics, plan and randomness: bounds
+        dynamiq's working memory, which grows with the bucket (DDP's first
+        step all-reduces the whole model as one bucket). 0: never split.
     """
 
     VERSION = 1
@@ -90,6 +95,7 @@ class Config:
     block_bytes: int = 0
     min_compress_numel: int = 4096
     window_bytes: int = 16 * 1024 * 1024
+    max_collective_bytes: int = 256 * 1024 * 1024
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -147,6 +153,9 @@ class Config:
             v = getattr(self, name)
             if not (is_int(v) and lo <= v <= hi):
                 raise _err(name, v, f"an integer in [{lo}, {hi}]")
+        v = self.max_collective_bytes
+        if not (is_int(v) and (v == 0 or (1 << 16) <= v <= (1 << 44))):
+            raise _err("max_collective_bytes", v, "0 (never split) or an integer in [65536, 2**44]")
 
     # -- derived --------------------------------------------------------------
     @property
@@ -214,4 +223,5 @@ class Config:
         c.block_bytes = self.block_bytes
         c.min_compress_numel = self.min_compress_numel
         c.window_bytes = self.window_bytes
+        c.max_collective_bytes = self.max_collective_bytes
         return c

@@ -411,7 +411,8 @@ def test_sparse_embedding_gradients(mode):
     assert res[0][1] == sorted(["sparse", "exact" if mode == "none" else "compressed"]), res[0][1]
 
 
-def _pool_after_first_step(rank, world):
+def _pool_after_first_step(rank, world, max_collective_bytes=None):
+    config = {} if max_collective_bytes is None else {"max_collective_bytes": max_collective_bytes}
     # DDP's first step all-reduces the whole model as one bucket (8 MB here); later
     # steps use 1 MB buckets. The worker's buffer pool (stats "pool_bytes") must hold
     # the first step's working set only until 16 later collectives have passed.
@@ -419,16 +420,35 @@ def _pool_after_first_step(rank, world):
     # (mode none keeps them in the bucket itself and holds little more than its windows).
     torch.manual_seed(0)
     model = DDP(torch.nn.Sequential(*[torch.nn.Linear(256, 256) for _ in range(32)]), bucket_cap_mb=1)
-    state = dynamiq.register(model, dynamiq.Config(mode="lossless"))
+    state = dynamiq.register(model, dynamiq.Config(mode="lossless", **config))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    pools, calls = [], []
+    pools, calls, slices = [], [], []
     for step in range(5):
         opt.zero_grad()
         model(torch.randn(4, 256)).pow(2).mean().backward()
         opt.step()
         pools.append(max(s["pool_bytes"] for s in state.last_step_stats))
         calls.append(len(state.last_step_stats))
+        slices.append(sum(s["slices"] for s in state.last_step_stats))
+    if config:
+        return pools, calls, slices, torch.cat([p.detach().view(-1) for p in model.parameters()])
     return pools, calls
+
+
+def test_first_step_bucket_split_by_max_collective_bytes():
+    # The same job with the whole-model bucket of the first step run as 2 MiB
+    # collectives: 5 slices, a pool of about one slice's working set instead of the
+    # bucket's (measured 3.4 MB after the first step; 13.5 MB unsplit), and the same
+    # exact result.
+    split = run_ranks(_pool_after_first_step, 2, 2 << 20)
+    whole = run_ranks(_pool_after_first_step, 2, 0)
+    for rank in range(2):
+        pools, calls, slices, params = split[rank]
+        assert calls[0] == 1 and slices[0] == 5, (calls, slices)  # 8.03 MB in <= 2 MiB slices
+        assert slices[1:] == calls[1:], slices  # later buckets (~1 MB) are not split
+        assert pools[0] < 4 << 20, pools
+        assert whole[rank][0][0] > 8 << 20, whole[rank][0]
+        assert torch.equal(params, whole[rank][3]), "lossless must give the same result split or not"
 
 
 def test_buffer_pool_shrinks_after_ddp_first_step():

@@ -151,6 +151,10 @@ def test_config_validation_names_field():
     assert dynamiq.Config().block_bytes == 0 and dynamiq.Config(block_bytes=1024).block_bytes == 1024
     with pytest.raises(dynamiq.ConfigError, match="window_bytes"):
         dynamiq.Config(window_bytes=True)
+    for bad in (True, -1, 1000, 1.5, 1 << 45):  # 0 = never split; else [64 KiB, 2**44]
+        with pytest.raises(dynamiq.ConfigError, match="max_collective_bytes"):
+            dynamiq.Config(max_collective_bytes=bad)
+    assert dynamiq.Config().max_collective_bytes == 256 << 20 and dynamiq.Config(max_collective_bytes=0)
     c = dynamiq.Config(mode="none", seed=7, topology="butterfly")
     assert dynamiq.Config.from_json(c.to_json()) == c
 
