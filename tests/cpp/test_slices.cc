@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "hook/collective.h"
@@ -170,6 +171,34 @@ TEST(Slices, BadInputOnOneRankRaisesOnEveryRank) {
     }
   });
   EXPECT_EQ(raised, (std::vector<int>{1, 1, 1}));
+}
+
+// A rank whose Config splits differently (here: never) would run other
+// collectives than its peers. The first one's header already differs (numel,
+// config fingerprint), so every rank raises instead of waiting for peers that
+// never come.
+TEST(Slices, RanksDisagreeingOnMaxCollectiveBytesRaiseOnEveryRank) {
+  const int n = 3;
+  InprocWorld world(n, std::chrono::seconds(20));
+  std::vector<int> raised(n, 0);
+  std::vector<std::string> what(n);
+  Data x = integers(n, 200000, 5);
+  world.run([&](int r, Transport& t) {
+    CallArgs a;
+    a.data = x[size_t(r)].data();
+    a.numel = int64_t(x[size_t(r)].size());
+    try {
+      all_reduce(t, cfg_for(Mode::kDynamiq, Topology::kRing, r == 1 ? 0 : 64 << 10), a);
+    } catch (const Error& e) {
+      raised[size_t(r)] = 1;
+      what[size_t(r)] = e.what();
+    }
+  });
+  EXPECT_EQ(raised, (std::vector<int>{1, 1, 1}));
+  for (const auto& w : what) {
+    EXPECT_NE(w.find("ranks disagree on"), std::string::npos) << w;
+    EXPECT_NE(w.find("numel"), std::string::npos) << w;
+  }
 }
 
 }  // namespace
