@@ -130,7 +130,11 @@ void ring(Builder& b, int r, int n) {
 
 // Butterfly (recursive halving, then recursive doubling) on p = 2^k ranks
 // owning one chunk each; ranks p..n-1 fold into partners 0..n-p-1 first and
-// get the finished bucket back last.
+// get the finished bucket back last. A folding rank takes the extra rank's
+// chunks that it sends on at the first halving step with the fused hop (kept
+// compressed until sent) and only the chunks it keeps into its float
+// accumulator: half the bucket instead of all of it. Same bits either way (a
+// fused hop equals decompress-accumulate then compress, same randomness).
 void butterfly(Builder& b, int r, int n) {
   const int p = b.C;
   int k = 0;
@@ -145,15 +149,9 @@ void butterfly(Builder& b, int r, int n) {
       for (int j = 0; j < b.B; ++j) b.add(Role::kRecvFinal, c, j, partner, b.tag(last_step, c, j));
     return;
   }
-  if (r < extra) {
-    for (int c = 0; c < p; ++c)
-      for (int j = 0; j < b.B; ++j) b.add(Role::kRecvDA, c, j, r + p, b.tag(fold_step, c, j));
-  }
-  if (p == 1) {
-    for (int j = 0; j < b.B; ++j) b.add(Role::kLocalSink, 0, j, -1, 0);
-  } else {
-    // keep[t] = chunk range kept after step t.
-    std::vector<std::pair<int, int>> keep(static_cast<size_t>(k)), sent(static_cast<size_t>(k));
+  // keep[t] = chunk range kept after step t; sent[t] = the range sent at step t.
+  std::vector<std::pair<int, int>> keep(static_cast<size_t>(k)), sent(static_cast<size_t>(k));
+  {
     int lo = 0, hi = p;
     for (int t = 0; t < k; ++t) {
       const int d = p >> (t + 1), half = (hi - lo) / 2;
@@ -167,6 +165,17 @@ void butterfly(Builder& b, int r, int n) {
       lo = keep[size_t(t)].first;
       hi = keep[size_t(t)].second;
     }
+  }
+  const bool folds = r < extra;
+  auto sent_first = [&](int c) { return k > 0 && c >= sent[0].first && c < sent[0].second; };
+  if (folds) {
+    for (int c = 0; c < p; ++c)
+      for (int j = 0; j < b.B; ++j)
+        b.add(sent_first(c) ? Role::kRecvDAR : Role::kRecvDA, c, j, r + p, b.tag(fold_step, c, j));
+  }
+  if (p == 1) {
+    for (int j = 0; j < b.B; ++j) b.add(Role::kLocalSink, 0, j, -1, 0);
+  } else {
     for (int t = 0; t < k; ++t) {
       const int partner = r ^ (p >> (t + 1));
       const int step = 1 + t;
@@ -183,7 +192,7 @@ void butterfly(Builder& b, int r, int n) {
       for (int i = 0; i < nc; ++i) {
         for (int j = 0; j < b.B; ++j) {
           const int sc = S.first + i, rc = K.first + i;
-          b.step(t == 0 ? Role::kSendLeaf : Role::kSendPending, sc, j, partner, b.tag(step, sc, j),
+          b.step(t == 0 && !folds ? Role::kSendLeaf : Role::kSendPending, sc, j, partner, b.tag(step, sc, j),
                  recv_role(rc), rc, j, partner, b.tag(step, rc, j));
         }
       }
@@ -203,7 +212,7 @@ void butterfly(Builder& b, int r, int n) {
       }
     }
   }
-  if (r < extra) {
+  if (folds) {
     for (int c = 0; c < p; ++c)
       for (int j = 0; j < b.B; ++j) b.add(Role::kSendFinal, c, j, r + p, b.tag(last_step, c, j));
   }

@@ -161,5 +161,32 @@ TEST(SendWindow, PoolHoldsFinalsAndWindowsNotEverythingSent) {
   }
 }
 
+// Butterfly on a world that is not a power of two: each folding rank first
+// takes an extra rank's whole bucket. It keeps only the chunks it keeps at the
+// first halving step as float32 sums (half the bucket: B/2 for a float32
+// bucket of B bytes); the others go through the fused hop and wait compressed
+// for step 1. Everything else it holds is wire bytes at <= 5 bits per
+// coordinate (<= 5/32 of the float32 size), each kind less than one bucket's
+// worth: the extra rank's messages, its partners', its own pending and final
+// bytes. So the pool stays under B/2 + 4 * 5/32 * B = 1.125 B; summing the
+// whole bucket in float32 (as before) needed B for that alone. Measured (1 MB
+// bucket, rank 0): 1.33 B (n=3) and 1.41 B (n=6) before, 0.83 B and 0.91 B now.
+TEST(SendWindow, ButterflyFoldingRankSumsOnlyItsKeptHalfInFloat) {
+  const int64_t numel = 1 << 18;
+  const double B = double(numel) * 4;
+  for (Mode m : {Mode::kDynamiq, Mode::kBitsplit})
+    for (int n : {3, 6}) {
+      CollectiveConfig cfg = mode_cfg(m, Topology::kButterfly);
+      cfg.block_bytes = 16384;
+      cfg.window_bytes = 16 << 20;  // windows larger than the bucket: they bound nothing here
+      const auto in = gaussian(n, numel, 7 + uint32_t(n));
+      const Result rv = run_once(n, cfg, in, true, ReduceOp::kMean);
+      const int folding = n - 4 > 0 ? n - 4 : 1;  // n=3: p=2, rank 0 folds; n=6: p=4, ranks 0-1
+      for (int r = 0; r < folding; ++r)
+        EXPECT_LE(double(rv.pool[size_t(r)]), B / 2 + 4 * 5.0 / 32.0 * B)
+            << mode_name(m) << " n=" << n << " folding rank " << r << ": pool " << rv.pool[size_t(r)];
+    }
+}
+
 }  // namespace
 }  // namespace dynamiq
