@@ -2,6 +2,7 @@
 
     python experiments/bench_memory.py                      # 2 ranks, a 50M-parameter MLP, 25 MB buckets
     python experiments/bench_memory.py --params-m 100 --bucket-mb 50
+    python experiments/bench_memory.py --pool-only        # only the buffer pool per mode, topology, world
 
 Each method runs in fresh rank processes (a process's peak RSS only grows):
 build the model and wrap it in DDP (RSS then = "after DDP"), train `--steps`
@@ -172,7 +173,10 @@ def main(argv=None) -> None:
     p.add_argument("--pool-table", action="store_true", help="also the pool after one all-reduce per case")
     p.add_argument("--pool-mb", type=float, default=96.0)
     p.add_argument("--pool-worlds", type=int, nargs="+", default=[2, 3, 4])
+    p.add_argument("--pool-only", action="store_true", help="only the pool table (no DDP runs)")
     args = p.parse_args(argv)
+    if args.pool_only:
+        args.pool_table, args.methods = True, []
 
     runs = {m: [] for m in args.methods}
     total = len(args.methods) * args.repeats
@@ -185,8 +189,8 @@ def main(argv=None) -> None:
         rs = sorted(runs[m], key=lambda r: r["peak_kb"])
         rows.append(dict(rs[len(rs) // 2], peaks_kb=[r["peak_kb"] for r in runs[m]]))
     base = next((r for r in rows if r["method"] == "ddp"), None)
-    grad_mb = rows[0]["params"] * 4 / 2 ** 20
-    lines = [
+    grad_mb = rows[0]["params"] * 4 / 2 ** 20 if rows else 0.0
+    lines = [] if not rows else [
         f"{args.world} ranks, MLP of {rows[0]['layers']} x Linear(2048, 2048) = {rows[0]['params'] / 1e6:.1f}M "
         f"float32 parameters ({grad_mb:.0f} MB of gradients), bucket_cap_mb={args.bucket_mb:g}, "
         f"{args.steps} steps; largest rank, median of {args.repeats} runs; MB = 2^20 bytes.",
