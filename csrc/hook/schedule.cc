@@ -129,92 +129,91 @@ void ring(Builder& b, int r, int n) {
 }
 
 // Butterfly (recursive halving, then recursive doubling) on p = 2^k ranks
-// owning one chunk each; ranks p..n-1 fold into partners 0..n-p-1 first and
-// get the finished bucket back last. A folding rank takes the extra rank's
-// chunks that it sends on at the first halving step with the fused hop (kept
-// compressed until sent) and only the chunks it keeps into its float
-// accumulator: half the bucket instead of all of it. Same bits either way (a
-// fused hop equals decompress-accumulate then compress, same randomness).
+// owning one chunk each: after the halving steps rank c < p holds chunk c.
+// Ranks p..n-1 (when n is not a power of two) take part like two-step's
+// senders: an extra rank compresses each chunk once and sends it straight to
+// the chunk's owner, which adds it (in float, with its own partial sum) just
+// before its last halving step; the owner then sends the finished chunk back
+// to every extra rank before its doubling steps. So no rank carries an extra
+// rank's whole bucket (an earlier fold sent it all to one partner first and
+// got all of it back last: with 3 ranks on 1 Gbit/s links that made
+// butterfly slower than ring, experiments/RESULTS.md), and the extra ranks'
+// traffic overlaps the butterfly's.
 void butterfly(Builder& b, int r, int n) {
   const int p = b.C;
   int k = 0;
   while ((1 << k) < p) ++k;
-  const int extra = n - p;
-  const int fold_step = 0, last_step = 2 * k + 1;
-  if (r >= p) {  // an extra rank: compress everything once, receive the result
-    const int partner = r - p;
+  const int extra_step = 0, last_step = 2 * k + 1;
+  if (r >= p) {  // an extra rank: each chunk to its owner, each finished chunk back from it
     for (int c = 0; c < p; ++c)
-      for (int j = 0; j < b.B; ++j) b.add(Role::kSendLeaf, c, j, partner, b.tag(fold_step, c, j));
+      for (int j = 0; j < b.B; ++j) b.add(Role::kSendLeaf, c, j, c, b.tag(extra_step, c, j));
     for (int c = 0; c < p; ++c)
-      for (int j = 0; j < b.B; ++j) b.add(Role::kRecvFinal, c, j, partner, b.tag(last_step, c, j));
+      for (int j = 0; j < b.B; ++j) b.add(Role::kRecvFinal, c, j, c, b.tag(last_step, c, j));
+    return;
+  }
+  // The extra ranks' contributions to chunk r (the one this rank owns).
+  auto receive_extras = [&] {
+    for (int e = p; e < n; ++e)
+      for (int j = 0; j < b.B; ++j) b.add(Role::kRecvDA, r, j, e, b.tag(extra_step, r, j));
+  };
+  if (p == 1) {
+    receive_extras();  // none: p == 1 only for n == 1
+    for (int j = 0; j < b.B; ++j) b.add(Role::kLocalSink, 0, j, -1, 0);
     return;
   }
   // keep[t] = chunk range kept after step t; sent[t] = the range sent at step t.
   std::vector<std::pair<int, int>> keep(static_cast<size_t>(k)), sent(static_cast<size_t>(k));
-  {
-    int lo = 0, hi = p;
-    for (int t = 0; t < k; ++t) {
-      const int d = p >> (t + 1), half = (hi - lo) / 2;
-      if ((r & d) == 0) {
-        keep[size_t(t)] = {lo, lo + half};
-        sent[size_t(t)] = {lo + half, hi};
-      } else {
-        keep[size_t(t)] = {lo + half, hi};
-        sent[size_t(t)] = {lo, lo + half};
-      }
-      lo = keep[size_t(t)].first;
-      hi = keep[size_t(t)].second;
+  int lo = 0, hi = p;
+  for (int t = 0; t < k; ++t) {
+    const int d = p >> (t + 1), half = (hi - lo) / 2;
+    if ((r & d) == 0) {
+      keep[size_t(t)] = {lo, lo + half};
+      sent[size_t(t)] = {lo + half, hi};
+    } else {
+      keep[size_t(t)] = {lo + half, hi};
+      sent[size_t(t)] = {lo, lo + half};
     }
+    lo = keep[size_t(t)].first;
+    hi = keep[size_t(t)].second;
   }
-  const bool folds = r < extra;
-  auto sent_first = [&](int c) { return k > 0 && c >= sent[0].first && c < sent[0].second; };
-  if (folds) {
-    for (int c = 0; c < p; ++c)
-      for (int j = 0; j < b.B; ++j)
-        b.add(sent_first(c) ? Role::kRecvDAR : Role::kRecvDA, c, j, r + p, b.tag(fold_step, c, j));
-  }
-  if (p == 1) {
-    for (int j = 0; j < b.B; ++j) b.add(Role::kLocalSink, 0, j, -1, 0);
-  } else {
-    for (int t = 0; t < k; ++t) {
-      const int partner = r ^ (p >> (t + 1));
-      const int step = 1 + t;
-      // Role of each received block: sent on at step t+1 -> fused DAR; kept -> DA; last step -> sink.
-      auto recv_role = [&](int c) {
-        if (t == k - 1) return Role::kRecvSink;
-        const auto& s1 = sent[size_t(t) + 1];
-        return (c >= s1.first && c < s1.second) ? Role::kRecvDAR : Role::kRecvDA;
-      };
-      const auto& S = sent[size_t(t)];
-      const auto& K = keep[size_t(t)];
-      // Interleave sends and receives block by block (same count on both sides).
-      const int nc = S.second - S.first;
-      for (int i = 0; i < nc; ++i) {
-        for (int j = 0; j < b.B; ++j) {
-          const int sc = S.first + i, rc = K.first + i;
-          b.step(t == 0 && !folds ? Role::kSendLeaf : Role::kSendPending, sc, j, partner, b.tag(step, sc, j),
-                 recv_role(rc), rc, j, partner, b.tag(step, rc, j));
-        }
-      }
-    }
-    for (int t = k - 1; t >= 0; --t) {
-      const int partner = r ^ (p >> (t + 1));
-      const int step = 1 + k + (k - 1 - t);
-      const auto& S = sent[size_t(t)];
-      const auto& K = keep[size_t(t)];
-      const int nc = K.second - K.first;
-      for (int i = 0; i < nc; ++i) {
-        for (int j = 0; j < b.B; ++j) {
-          const int sc = K.first + i, rc = S.first + i;
-          b.step(Role::kSendFinal, sc, j, partner, b.tag(step, sc, j), Role::kRecvFinal, rc, j, partner,
-                 b.tag(step, rc, j));
-        }
+  DQ_CHECK(lo == r && hi == r + 1, "butterfly: rank does not end up owning its own chunk");
+  for (int t = 0; t < k; ++t) {
+    const int partner = r ^ (p >> (t + 1));
+    const int step = 1 + t;
+    if (t == k - 1) receive_extras();
+    // Role of each received block: sent on at step t+1 -> fused DAR; kept -> DA; last step -> sink.
+    auto recv_role = [&](int c) {
+      if (t == k - 1) return Role::kRecvSink;
+      const auto& s1 = sent[size_t(t) + 1];
+      return (c >= s1.first && c < s1.second) ? Role::kRecvDAR : Role::kRecvDA;
+    };
+    const auto& S = sent[size_t(t)];
+    const auto& K = keep[size_t(t)];
+    // Interleave sends and receives block by block (same count on both sides).
+    const int nc = S.second - S.first;
+    for (int i = 0; i < nc; ++i) {
+      for (int j = 0; j < b.B; ++j) {
+        const int sc = S.first + i, rc = K.first + i;
+        b.step(t == 0 ? Role::kSendLeaf : Role::kSendPending, sc, j, partner, b.tag(step, sc, j),
+               recv_role(rc), rc, j, partner, b.tag(step, rc, j));
       }
     }
   }
-  if (folds) {
-    for (int c = 0; c < p; ++c)
-      for (int j = 0; j < b.B; ++j) b.add(Role::kSendFinal, c, j, r + p, b.tag(last_step, c, j));
+  for (int e = p; e < n; ++e)
+    for (int j = 0; j < b.B; ++j) b.add(Role::kSendFinal, r, j, e, b.tag(last_step, r, j));
+  for (int t = k - 1; t >= 0; --t) {
+    const int partner = r ^ (p >> (t + 1));
+    const int step = 1 + k + (k - 1 - t);
+    const auto& S = sent[size_t(t)];
+    const auto& K = keep[size_t(t)];
+    const int nc = K.second - K.first;
+    for (int i = 0; i < nc; ++i) {
+      for (int j = 0; j < b.B; ++j) {
+        const int sc = K.first + i, rc = S.first + i;
+        b.step(Role::kSendFinal, sc, j, partner, b.tag(step, sc, j), Role::kRecvFinal, rc, j, partner,
+               b.tag(step, rc, j));
+      }
+    }
   }
 }
 

@@ -83,12 +83,15 @@ CollectiveConfig mode_cfg(Mode m, Topology topo) {
 struct Result {
   std::vector<std::vector<float>> out;
   std::vector<size_t> pool;
+  std::vector<int64_t> sent, received;  // main all-reduce bytes per rank
 };
 Result run_once(int n, const CollectiveConfig& cfg, const std::vector<std::vector<float>>& in, bool rendezvous,
              ReduceOp op) {
   Result res;
   res.out = in;
   res.pool.assign(size_t(n), 0);
+  res.sent.assign(size_t(n), 0);
+  res.received.assign(size_t(n), 0);
   InprocWorld world(n, std::chrono::seconds(60));
   world.set_rendezvous_sends(rendezvous);
   world.set_accepts_shorter_messages(true);  // as Gloo
@@ -99,8 +102,10 @@ Result run_once(int n, const CollectiveConfig& cfg, const std::vector<std::vecto
     a.numel = int64_t(in[size_t(r)].size());
     a.op = op;
     a.seq = 5;
-    all_reduce(t, cfg, a);
+    const CallStats cs = all_reduce(t, cfg, a);
     res.pool[size_t(r)] = executor_pool_bytes();
+    res.sent[size_t(r)] = cs.bytes_sent;
+    res.received[size_t(r)] = cs.bytes_received;
   });
   return res;
 }
@@ -161,17 +166,16 @@ TEST(SendWindow, PoolHoldsFinalsAndWindowsNotEverythingSent) {
   }
 }
 
-// Butterfly on a world that is not a power of two: each folding rank first
-// takes an extra rank's whole bucket. It keeps only the chunks it keeps at the
-// first halving step as float32 sums (half the bucket: B/2 for a float32
-// bucket of B bytes); the others go through the fused hop and wait compressed
-// for step 1. Everything else it holds is wire bytes at <= 5 bits per
+// Butterfly on a world that is not a power of two (n = 3, 6): the extra
+// ranks p..n-1 send each chunk straight to its owner and get it back from it.
+// No rank sums more than half the bucket in float (B/2 for a float32 bucket of
+// B bytes); everything else it holds is wire bytes at <= 5 bits per
 // coordinate (<= 5/32 of the float32 size), each kind less than one bucket's
-// worth: the extra rank's messages, its partners', its own pending and final
-// bytes. So the pool stays under B/2 + 4 * 5/32 * B = 1.125 B; summing the
-// whole bucket in float32 (as before) needed B for that alone. Measured (1 MB
-// bucket, rank 0): 1.33 B (n=3) and 1.41 B (n=6) before, 0.83 B and 0.91 B now.
-TEST(SendWindow, ButterflyFoldingRankSumsOnlyItsKeptHalfInFloat) {
+// worth: the extra ranks' messages, its partners', its own pending and final
+// bytes. So the pool stays under B/2 + 4 * 5/32 * B = 1.125 B. Measured (1 MB
+// bucket, rank 0): 1.33 B (n=3) and 1.41 B (n=6) with the first fold (a
+// partner took an extra rank's whole bucket into float), 0.83 B and 0.91 B now.
+TEST(SendWindow, ButterflyWithExtraRanksSumsAtMostHalfTheBucketInFloat) {
   const int64_t numel = 1 << 18;
   const double B = double(numel) * 4;
   for (Mode m : {Mode::kDynamiq, Mode::kBitsplit})
@@ -181,11 +185,38 @@ TEST(SendWindow, ButterflyFoldingRankSumsOnlyItsKeptHalfInFloat) {
       cfg.window_bytes = 16 << 20;  // windows larger than the bucket: they bound nothing here
       const auto in = gaussian(n, numel, 7 + uint32_t(n));
       const Result rv = run_once(n, cfg, in, true, ReduceOp::kMean);
-      const int folding = n - 4 > 0 ? n - 4 : 1;  // n=3: p=2, rank 0 folds; n=6: p=4, ranks 0-1
-      for (int r = 0; r < folding; ++r)
+      for (int r = 0; r < n; ++r)
         EXPECT_LE(double(rv.pool[size_t(r)]), B / 2 + 4 * 5.0 / 32.0 * B)
-            << mode_name(m) << " n=" << n << " folding rank " << r << ": pool " << rv.pool[size_t(r)];
+            << mode_name(m) << " n=" << n << " rank " << r << ": pool " << rv.pool[size_t(r)];
     }
+}
+
+// The extra ranks' traffic is spread over the chunk owners. With W the wire
+// bytes of one whole bucket (what an extra rank sends: each chunk once), a
+// rank c < p receives its partners' halving messages (1 - 1/p) W, the extra
+// ranks' share of its chunk (n - p) W / p and the doubling finals
+// (1 - 1/p) W; an extra rank receives W. DynamiQ's message sizes follow from
+// the plan alone, so these are exact up to rounding of chunk boundaries. The
+// first fold had one partner receive an extra rank's whole bucket, W instead
+// of W / p (n = 3: 2 W where this allows 1.5 W).
+TEST(SendWindow, ButterflySpreadsTheExtraRanksTrafficOverTheOwners) {
+  for (int n : {3, 5, 6, 7}) {
+    CollectiveConfig cfg = mode_cfg(Mode::kDynamiq, Topology::kButterfly);
+    cfg.block_bytes = 16384;
+    const auto in = gaussian(n, 1 << 18, 20 + uint32_t(n));
+    const Result rv = run_once(n, cfg, in, false, ReduceOp::kSum);
+    int p = 1;
+    while (p * 2 <= n) p *= 2;
+    const double W = double(rv.sent[size_t(p)]);
+    for (int e = p; e < n; ++e) {
+      EXPECT_NEAR(double(rv.sent[size_t(e)]), W, 0.001 * W) << "n=" << n << " extra rank " << e;
+      EXPECT_NEAR(double(rv.received[size_t(e)]), W, 0.01 * W) << "n=" << n << " extra rank " << e;
+    }
+    const double owner = (2.0 * (1.0 - 1.0 / p) + double(n - p) / p) * W;
+    for (int r = 0; r < p; ++r)
+      EXPECT_LE(double(rv.received[size_t(r)]), 1.01 * owner)
+          << "n=" << n << " rank " << r << " received " << rv.received[size_t(r)] << " of W=" << W;
+  }
 }
 
 }  // namespace
