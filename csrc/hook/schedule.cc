@@ -144,20 +144,17 @@ void butterfly(Builder& b, int r, int n) {
   int k = 0;
   while ((1 << k) < p) ++k;
   const int extra_step = 0, last_step = 2 * k + 1;
-  if (r >= p) {  // an extra rank: each chunk to its owner, each finished chunk back from it
-    for (int c = 0; c < p; ++c)
-      for (int j = 0; j < b.B; ++j) b.add(Role::kSendLeaf, c, j, c, b.tag(extra_step, c, j));
-    for (int c = 0; c < p; ++c)
-      for (int j = 0; j < b.B; ++j) b.add(Role::kRecvFinal, c, j, c, b.tag(last_step, c, j));
+  if (r >= p) {
+    // An extra rank: each chunk to its owner, each finished chunk back from it,
+    // block by block across the owners (block j of every chunk, then block j+1)
+    // in the order the owners take them, so that all owners advance together.
+    for (int j = 0; j < b.B; ++j)
+      for (int c = 0; c < p; ++c) b.add(Role::kSendLeaf, c, j, c, b.tag(extra_step, c, j));
+    for (int j = 0; j < b.B; ++j)
+      for (int c = 0; c < p; ++c) b.add(Role::kRecvFinal, c, j, c, b.tag(last_step, c, j));
     return;
   }
-  // The extra ranks' contributions to chunk r (the one this rank owns).
-  auto receive_extras = [&] {
-    for (int e = p; e < n; ++e)
-      for (int j = 0; j < b.B; ++j) b.add(Role::kRecvDA, r, j, e, b.tag(extra_step, r, j));
-  };
-  if (p == 1) {
-    receive_extras();  // none: p == 1 only for n == 1
+  if (p == 1) {  // n == 1: no extra ranks
     for (int j = 0; j < b.B; ++j) b.add(Role::kLocalSink, 0, j, -1, 0);
     return;
   }
@@ -180,7 +177,6 @@ void butterfly(Builder& b, int r, int n) {
   for (int t = 0; t < k; ++t) {
     const int partner = r ^ (p >> (t + 1));
     const int step = 1 + t;
-    if (t == k - 1) receive_extras();
     // Role of each received block: sent on at step t+1 -> fused DAR; kept -> DA; last step -> sink.
     auto recv_role = [&](int c) {
       if (t == k - 1) return Role::kRecvSink;
@@ -191,16 +187,23 @@ void butterfly(Builder& b, int r, int n) {
     const auto& K = keep[size_t(t)];
     // Interleave sends and receives block by block (same count on both sides).
     const int nc = S.second - S.first;
+    // At the last halving step (one chunk each way: rc == r) each block first
+    // takes the extra ranks' share of it.
     for (int i = 0; i < nc; ++i) {
       for (int j = 0; j < b.B; ++j) {
         const int sc = S.first + i, rc = K.first + i;
+        if (t == k - 1)
+          for (int e = p; e < n; ++e) b.add(Role::kRecvDA, rc, j, e, b.tag(extra_step, rc, j));
         b.step(t == 0 ? Role::kSendLeaf : Role::kSendPending, sc, j, partner, b.tag(step, sc, j),
                recv_role(rc), rc, j, partner, b.tag(step, rc, j));
       }
     }
   }
-  for (int e = p; e < n; ++e)
-    for (int j = 0; j < b.B; ++j) b.add(Role::kSendFinal, r, j, e, b.tag(last_step, r, j));
+  // The finished chunk back to the extra ranks, after the halving steps: a
+  // final sent in between could wait (send window, or NCCL's one stream per
+  // rank) for an extra rank still sending its later blocks to this one.
+  for (int j = 0; j < b.B; ++j)
+    for (int e = p; e < n; ++e) b.add(Role::kSendFinal, r, j, e, b.tag(last_step, r, j));
   for (int t = k - 1; t >= 0; --t) {
     const int partner = r ^ (p >> (t + 1));
     const int step = 1 + k + (k - 1 - t);
