@@ -43,8 +43,9 @@ class Config:
         (INT2-INT8 group quantization), or "none" (uncompressed, through the
         same driver).
       topology: "ring", "butterfly" (any world size; on one that is not a
-        power of two the extra ranks fold in, a whole-bucket transfer each
-        way: prefer ring there, README "Choosing a topology"), or "twostep".
+        power of two the extra ranks send to and receive from the chunk
+        owners, slower than ring there: README "Choosing a topology"), or
+        "twostep".
       bits: dynamiq: budget in bits per coordinate including group and
         super-group scales (2.0 < bits <= 16); bitsplit: integer width 2..8.
       seed: seeds all randomness (stochastic and correlated rounding). Same

@@ -173,8 +173,9 @@ TEST(SendWindow, PoolHoldsFinalsAndWindowsNotEverythingSent) {
 // coordinate (<= 5/32 of the float32 size), each kind less than one bucket's
 // worth: the extra ranks' messages, its partners', its own pending and final
 // bytes. So the pool stays under B/2 + 4 * 5/32 * B = 1.125 B. Measured (1 MB
-// bucket, rank 0): 1.33 B (n=3) and 1.41 B (n=6) with the first fold (a
-// partner took an extra rank's whole bucket into float), 0.83 B and 0.91 B now.
+// bucket, dynamiq, largest rank): 1.33 B (n=3) and 1.41 B (n=6) with the first
+// fold (a partner took an extra rank's whole bucket into float), 0.76 B and
+// 0.65 B now.
 TEST(SendWindow, ButterflyWithExtraRanksSumsAtMostHalfTheBucketInFloat) {
   const int64_t numel = 1 << 18;
   const double B = double(numel) * 4;
