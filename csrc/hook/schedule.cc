@@ -132,13 +132,14 @@ void ring(Builder& b, int r, int n) {
 // owning one chunk each: after the halving steps rank c < p holds chunk c.
 // Ranks p..n-1 (when n is not a power of two) take part like two-step's
 // senders: an extra rank compresses each chunk once and sends it straight to
-// the chunk's owner, which adds it (in float, with its own partial sum) just
-// before its last halving step; the owner then sends the finished chunk back
-// to every extra rank before its doubling steps. So no rank carries an extra
-// rank's whole bucket (an earlier fold sent it all to one partner first and
-// got all of it back last: with 3 ranks on 1 Gbit/s links that made
-// butterfly slower than ring, experiments/RESULTS.md), and the extra ranks'
-// traffic overlaps the butterfly's.
+// the chunk's owner (block j of every chunk, then block j+1), which adds each
+// block (in float, with its own partial sum) just before that block's last
+// halving step; the owner sends its finished chunk back to every extra rank
+// after the halving steps, before the doubling ones. So no rank carries an
+// extra rank's whole bucket and the extra ranks' traffic overlaps the
+// butterfly's (an earlier fold into one partner, which got the whole bucket
+// and sent all of it back, was 2.26x of Gloo where this is 2.62x, dynamiq,
+// 3 ranks at 1 Gbit/s; ring is still faster there: experiments/RESULTS.md).
 void butterfly(Builder& b, int r, int n) {
   const int p = b.C;
   int k = 0;
