@@ -2,7 +2,7 @@
 
 For every mode and topology: every rank ends bit-identical; the bytes all
 ranks send together equal 2 (n - 1) times the wire size of one copy of the
-bucket (true for ring, butterfly with folding, and two-step alike); lossless
+bucket (true for ring, butterfly with extra ranks, and two-step alike); lossless
 equals mode "none" bit for bit and never sends more; dynamiq's vNMSE stays
 below the bound derived in `dynamiq_vnmse_bound`.
 """

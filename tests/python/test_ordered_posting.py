@@ -6,7 +6,7 @@ as one group (experiments/results/nccl_order.md). A CUDA bucket always takes
 that path; DYNAMIQ_ORDERED_POSTING=1 forces it on CPU buckets over Gloo, which
 is how its path through C10dTransport runs here (no GPU). Every mode and
 topology must give bit-identical results and byte counts to the default
-posting, on 3 ranks (a ring of 3+, a folded butterfly, two-step) with blocks
+posting, on 3 ranks (a ring of 3+, a butterfly with an extra rank, two-step) with blocks
 small enough that the default posting receives ahead. The default posting
 also sends lossless's two-part messages as one (Gloo completes a receive with
 a shorter message), the ordered one as two: the comparison covers both.
