@@ -10,7 +10,9 @@
 // every mode, topology and 2-5 ranks, with the executor's default posting
 // (receives posted ahead) and with the posting it uses on a transport that
 // matches in posting order (posts_in_order, as NCCL's), and prints a markdown
-// table.
+// table, with the rounds of the ordered posting under the one-stream model
+// (InprocWorld::nccl_stream_rounds: one round per unit of operations that
+// cannot overlap; header all-reduce included).
 //   build/bench/nccl_order_audit
 #include <cstdio>
 #include <random>
@@ -24,10 +26,10 @@ using namespace dynamiq;
 
 int main() {
   const int64_t numel = 256 * 64 + 11;
-  std::printf("| mode | topology | ranks | pairs breaking it, default posting | pairs breaking it, ordered posting | first offence (ordered posting, else default) | one stream per rank, default posting | one stream per rank, ordered posting |\n|---|---|---:|---:|---:|---|---|---|\n");
+  std::printf("| mode | topology | ranks | pairs breaking it, default posting | pairs breaking it, ordered posting | first offence (ordered posting, else default) | one stream per rank, default posting | one stream per rank, ordered posting | rounds, ordered posting |\n|---|---|---:|---:|---:|---|---|---|---:|\n");
   for (Mode mode : {Mode::kNone, Mode::kDynamiq, Mode::kBitsplit, Mode::kLossless})
     for (Topology topo : {Topology::kRing, Topology::kButterfly, Topology::kTwoStep})
-      for (int n : {2, 3, 4, 5}) {
+      for (int n : {2, 3, 4, 5, 8}) {
         CollectiveConfig cfg;
         cfg.mode = mode;
         cfg.topology = topo;
@@ -40,6 +42,7 @@ int main() {
           for (auto& e : v) e = nd(g);
         std::vector<std::string> v[2];
         std::string dead[2];
+        int64_t rounds = -1;
         for (int ordered = 0; ordered < 2; ++ordered) {
           std::vector<std::vector<float>> y = x;
           InprocWorld world(n, std::chrono::seconds(60));
@@ -53,12 +56,14 @@ int main() {
           });
           v[ordered] = world.nccl_order_violations();
           dead[ordered] = world.nccl_stream_deadlock();
+          if (ordered) rounds = world.nccl_stream_rounds();
         }
         const int pairs = n * (n - 1) / 2;
         const std::string first = !v[1].empty() ? v[1][0] : !v[0].empty() ? v[0][0] : "";
-        std::printf("| %s | %s | %d | %zu of %d | %zu of %d | %s | %s | %s |\n", mode_name(mode), topology_name(topo), n,
-                    v[0].size(), pairs, v[1].size(), pairs, first.c_str(), dead[0].empty() ? "runs" : "blocks",
-                    dead[1].empty() ? "runs" : dead[1].c_str());
+        std::printf("| %s | %s | %d | %zu of %d | %zu of %d | %s | %s | %s | %lld |\n", mode_name(mode),
+                    topology_name(topo), n, v[0].size(), pairs, v[1].size(), pairs, first.c_str(),
+                    dead[0].empty() ? "runs" : "blocks", dead[1].empty() ? "runs" : dead[1].c_str(),
+                    (long long)rounds);
       }
   return 0;
 }

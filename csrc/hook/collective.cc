@@ -143,6 +143,14 @@ void all_reduce_exact_f32(Transport& tr, Topology topo, float* data, int64_t cou
 
 namespace {
 
+}  // namespace
+
+Topology metadata_topology(Topology data_topology, int world) {
+  return data_topology == Topology::kRing && world >= 4 ? Topology::kButterfly : data_topology;
+}
+
+namespace {
+
 CallStats all_reduce_one(Transport& tr, const CollectiveConfig& cfg, const CallArgs& a, uint32_t slice) {
   const auto t_start = Clock::now();
   CallStats cs;
@@ -206,10 +214,11 @@ CallStats all_reduce_one(Transport& tr, const CollectiveConfig& cfg, const CallA
     return cs;
   }
 
-  // 3. metadata all-reduce
+  // 3. metadata all-reduce: small, so its rounds are its cost; never around a
+  // ring of 4+ ranks (2(n-1) rounds) but as a butterfly (about 2 log2 n).
   t0 = Clock::now();
   if (!stats.empty())
-    all_reduce_exact_f32(tr, cfg.topology, stats.data(), int64_t(stats.size()), cfg.exact_block_bytes(),
+    all_reduce_exact_f32(tr, metadata_topology(cfg.topology, n), stats.data(), int64_t(stats.size()), cfg.exact_block_bytes(),
                          cfg.window_bytes, &cs.meta_bytes_sent, a.device);
   cs.t_meta = secs(t0, Clock::now());
 

@@ -87,4 +87,10 @@ void all_reduce_exact_f32(Transport& tr, Topology topo, float* data, int64_t cou
                           int64_t block_bytes, int64_t window_bytes, int64_t* bytes_sent,
                           const Device* device = nullptr);
 
+// The topology of the metadata all-reduce for a collective on `data_topology`:
+// butterfly instead of a ring of 4 or more ranks (the statistics are small, so
+// the number of rounds sets their cost: 2(n-1) on a ring, about 2 log2 n on a
+// butterfly; tests/cpp/test_rounds.cc), else the data topology.
+Topology metadata_topology(Topology data_topology, int world);
+
 }  // namespace dynamiq

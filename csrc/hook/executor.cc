@@ -243,7 +243,8 @@ void execute(Transport& tr, const Codec& codec, const Plan& plan, const BlockTab
   auto wait_timer = [&](Request& r) { timed(st.t_wait, [&] { r.wait(); }); };
   // Transports that run operations in posting order (NCCL: no tags; one
   // stream per rank, or per pair of ranks) get receives in program order only
-  // and each step's send and receive in one group (see paired_recv), so the
+  // and each step's send and receive in one group (see paired_recv; and the
+  // ops a schedule joins with Op::group_next, see group_ops), so the
   // ranks' operations meet in the same order on every rank (InprocWorld's
   // nccl_stream_deadlock and nccl_order_violations check both models). Other
   // transports post receives ahead.
@@ -401,10 +402,53 @@ void execute(Transport& tr, const Codec& codec, const Plan& plan, const BlockTab
       sends.erase(sends.begin() + std::ptrdiff_t(i));
     }
   };
+  // A send: receives due soon are posted first (see FIELD-NOTES: with two
+  // ranks, a send posted before its peer's receive serialises on Gloo).
+  std::vector<uint8_t> posted_with_group(prog.ops.size(), 0);
+  // Joined groups (Op::group_next) on ordered transports, unless a message
+  // has two parts: its second part is posted on its own once the first has
+  // told its size, and a group must meet its peer's group as a whole.
+  bool group_ops = ordered;
+  for (const Block& b : bt.blocks)
+    if (group_ops && codec.max_dynamic_bytes(plan, b) > 0) group_ops = false;
+  auto do_send = [&](size_t i) {
+    const Op& op = prog.ops[i];
+    const Block& blk = bt.blocks[size_t(op.block)];
+    post_recvs_upto(i);
+    BufferPool::Ptr buf;
+    const uint8_t* view = op.role == Role::kSendLeaf ? codec.wire_view(local_of(op.block), plan, blk) : nullptr;
+    if (view) {
+      post_send_view(i, view);
+    } else if (op.role == Role::kSendLeaf) {
+      buf = pool->get(codec.max_message_bytes(plan, blk));
+      kernel_timer([&] { buf->size = codec.compress(local_of(op.block), plan, blk, args.rng, buf->data()); });
+    } else if (op.role == Role::kSendPending) {
+      buf = std::move(pending[size_t(op.block)]);
+      DQ_CHECK(buf, "executor: pending bytes missing (schedule bug)");
+    } else {
+      buf = finals[size_t(op.block)];
+      DQ_CHECK(buf, "executor: final bytes missing (schedule bug)");
+    }
+    if (buf) post_send(i, buf);
+  };
   try {
     for (size_t i = 0; i < prog.ops.size(); ++i) {
       const Op& op = prog.ops[i];
       const Block& blk = bt.blocks[size_t(op.block)];
+      if (group_ops && op.group_next && !posted_with_group[i]) {
+        // Ops joined into one group (Op::group_next; ordered transports):
+        // every send of the group is made and posted, and every receive
+        // posted, before the group closes; then the ops run in program order
+        // as usual (the sends are not posted again).
+        tr.group_start();
+        for (size_t s = i;; ++s) {
+          posted_with_group[s] = 1;
+          if (is_send(prog.ops[s].role)) do_send(s);
+          else if (is_recv(prog.ops[s].role)) post_recvs_upto(s);
+          if (!prog.ops[s].group_next) break;
+        }
+        tr.group_end();
+      }
       if (is_recv(op.role)) {
         post_recvs_upto(i);
         DQ_CHECK(!posted.empty() && posted.front().op == i, "executor: receive order broken");
@@ -478,27 +522,8 @@ void execute(Transport& tr, const Codec& codec, const Plan& plan, const BlockTab
           codec.decompress(out->data(), out->size, plan, blk, args.out);
         });
         finals[size_t(op.block)] = out;
-      } else {
-        // A send: receives due soon are posted first (see FIELD-NOTES: with two
-        // ranks, a send posted before its peer's receive serialises on Gloo).
-        post_recvs_upto(i);
-        BufferPool::Ptr buf;
-        const uint8_t* view = op.role == Role::kSendLeaf ? codec.wire_view(local_of(op.block), plan, blk) : nullptr;
-        if (view) {
-          post_send_view(i, view);
-        } else if (op.role == Role::kSendLeaf) {
-          buf = pool->get(codec.max_message_bytes(plan, blk));
-          kernel_timer([&] {
-            buf->size = codec.compress(local_of(op.block), plan, blk, args.rng, buf->data());
-          });
-        } else if (op.role == Role::kSendPending) {
-          buf = std::move(pending[size_t(op.block)]);
-          DQ_CHECK(buf, "executor: pending bytes missing (schedule bug)");
-        } else {
-          buf = finals[size_t(op.block)];
-          DQ_CHECK(buf, "executor: final bytes missing (schedule bug)");
-        }
-        if (buf) post_send(i, buf);
+      } else if (!posted_with_group[i]) {
+        do_send(i);
       }
       if (last_final_use[size_t(op.block)] == i) finals[size_t(op.block)].reset();
       // Completed sends give their buffers back to the pool now, for the next

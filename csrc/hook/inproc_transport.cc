@@ -81,7 +81,14 @@ std::vector<std::string> InprocWorld::nccl_order_violations() const {
   return out;
 }
 
-std::string InprocWorld::nccl_stream_deadlock() const {
+std::string InprocWorld::nccl_stream_deadlock() const { return simulate_stream(nullptr); }
+
+int64_t InprocWorld::nccl_stream_rounds() const {
+  int64_t rounds = -1;
+  return simulate_stream(&rounds).empty() ? rounds : -1;
+}
+
+std::string InprocWorld::simulate_stream(int64_t* rounds) const {
   std::lock_guard<std::mutex> lk(mu_);
   const size_t n = size_t(size_);
   // units[r][u] = indices into seq_[r]
@@ -143,6 +150,11 @@ std::string InprocWorld::nccl_stream_deadlock() const {
   std::vector<std::vector<uint8_t>> done(n);
   for (size_t r = 0; r < n; ++r) done[r].assign(seq_[r].size(), 0);
   auto running = [&](const Where& w) { return head[w.rank] == w.unit; };
+  // Latency rounds: a rank's unit starts when its previous one has finished;
+  // an operation finishes one round after both its ends have started (an
+  // all-reduce one round after every rank has), a unit with its last operation.
+  std::vector<int64_t> start(n, 0), finish(n, 0);
+  auto finish_at = [&](size_t r, int64_t t) { finish[r] = std::max(finish[r], t); };
   for (bool progress = true; progress;) {
     progress = false;
     for (size_t r = 0; r < n; ++r) {
@@ -155,11 +167,21 @@ std::string InprocWorld::nccl_stream_deadlock() const {
           while (colls[r][c].op != i) ++c;
           bool all = true;
           for (size_t q = 0; q < n; ++q) all = all && running(colls[q][c]);
-          if (all)
-            for (size_t q = 0; q < n; ++q) done[q][colls[q][c].op] = 1;
+          if (all) {
+            int64_t t = 0;
+            for (size_t q = 0; q < n; ++q) t = std::max(t, start[q] + 1);
+            for (size_t q = 0; q < n; ++q) {
+              done[q][colls[q][c].op] = 1;
+              finish_at(q, t);
+            }
+          }
         } else if (running(partner[r][i])) {
+          const size_t q = partner[r][i].rank;
+          const int64_t t = std::max(start[r], start[q]) + 1;
           done[r][i] = 1;
-          done[partner[r][i].rank][partner[r][i].op] = 1;
+          done[q][partner[r][i].op] = 1;
+          finish_at(r, t);
+          finish_at(q, t);
         }
       }
     }
@@ -168,9 +190,11 @@ std::string InprocWorld::nccl_stream_deadlock() const {
              std::all_of(units[r][head[r]].begin(), units[r][head[r]].end(),
                          [&](size_t i) { return done[r][i] != 0; })) {
         ++head[r];
+        start[r] = finish[r];
         progress = true;
       }
   }
+  if (rounds) *rounds = *std::max_element(start.begin(), start.end());
   std::string stuck;
   for (size_t r = 0; r < n; ++r) {
     if (head[r] >= units[r].size()) continue;

@@ -63,6 +63,12 @@ class InprocWorld {
   // Returns "" when every rank's posting runs to the end, else what blocks
   // (mismatched sizes, or a deadlock with every stuck rank's current unit).
   std::string nccl_stream_deadlock() const;
+  // The same model's latency: rounds until the last rank's last unit has
+  // finished, where an operation takes one round from the moment both its
+  // ends run it (an all-reduce: every rank) and a unit ends with its last
+  // operation. So a ring's 2(n-1) steps are 2(n-1) rounds, blocks included
+  // (one unit each), whatever the bytes. -1 when the posting deadlocks.
+  int64_t nccl_stream_rounds() const;
   // Makes the ranks' transports report posts_in_order() (as an NCCL
   // transport does), so the executor posts for NCCL. Call before run().
   void set_posts_in_order(bool on) { posts_in_order_ = on; }
@@ -104,6 +110,7 @@ class InprocWorld {
  private:
   using Key = std::tuple<int, int, uint32_t>;  // src, dst, tag
   void throw_if_failed_locked() const;
+  std::string simulate_stream(int64_t* rounds) const;
 
   const int size_;
   const std::chrono::milliseconds timeout_;

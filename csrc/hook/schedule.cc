@@ -96,6 +96,11 @@ struct Builder {
     const bool sent = add(sr, sc, sj, speer, stag);
     if (add(rr, rc, rj, rpeer, rtag) && sent) prog.ops[prog.ops.size() - 2].with_recv = true;
   }
+  // The ops added since mark() go in one group (Op::group_next).
+  size_t mark() const { return prog.ops.size(); }
+  void group_from(size_t m) {
+    for (size_t i = m; i + 1 < prog.ops.size(); ++i) prog.ops[i].group_next = true;
+  }
   int64_t tag(int step, int chunk, int j) const {
     return (int64_t(step) * C + chunk) * B + j;
   }
@@ -149,10 +154,16 @@ void butterfly(Builder& b, int r, int n) {
     // An extra rank: each chunk to its owner, each finished chunk back from it,
     // block by block across the owners (block j of every chunk, then block j+1)
     // in the order the owners take them, so that all owners advance together.
-    for (int j = 0; j < b.B; ++j)
+    for (int j = 0; j < b.B; ++j) {
+      const size_t m = b.mark();
       for (int c = 0; c < p; ++c) b.add(Role::kSendLeaf, c, j, c, b.tag(extra_step, c, j));
-    for (int j = 0; j < b.B; ++j)
+      b.group_from(m);
+    }
+    for (int j = 0; j < b.B; ++j) {
+      const size_t m = b.mark();
       for (int c = 0; c < p; ++c) b.add(Role::kRecvFinal, c, j, c, b.tag(last_step, c, j));
+      b.group_from(m);
+    }
     return;
   }
   if (p == 1) {  // n == 1: no extra ranks
@@ -186,37 +197,48 @@ void butterfly(Builder& b, int r, int n) {
     };
     const auto& S = sent[size_t(t)];
     const auto& K = keep[size_t(t)];
-    // Interleave sends and receives block by block (same count on both sides).
+    // Interleave sends and receives block by block (same count on both sides);
+    // block j of every chunk sent at this step, then block j+1: each step's
+    // sends need only the previous step's receives, so the chunks of one
+    // block index are one group on ordered transports (one round per step and
+    // block instead of one per chunk and block).
     const int nc = S.second - S.first;
     // At the last halving step (one chunk each way: rc == r) each block first
     // takes the extra ranks' share of it.
-    for (int i = 0; i < nc; ++i) {
-      for (int j = 0; j < b.B; ++j) {
+    for (int j = 0; j < b.B; ++j) {
+      const size_t m = b.mark();
+      for (int i = 0; i < nc; ++i) {
         const int sc = S.first + i, rc = K.first + i;
         if (t == k - 1)
           for (int e = p; e < n; ++e) b.add(Role::kRecvDA, rc, j, e, b.tag(extra_step, rc, j));
         b.step(t == 0 ? Role::kSendLeaf : Role::kSendPending, sc, j, partner, b.tag(step, sc, j),
                recv_role(rc), rc, j, partner, b.tag(step, rc, j));
       }
+      b.group_from(m);
     }
   }
   // The finished chunk back to the extra ranks, after the halving steps: a
   // final sent in between could wait (send window, or NCCL's one stream per
   // rank) for an extra rank still sending its later blocks to this one.
-  for (int j = 0; j < b.B; ++j)
+  for (int j = 0; j < b.B; ++j) {
+    const size_t m = b.mark();
     for (int e = p; e < n; ++e) b.add(Role::kSendFinal, r, j, e, b.tag(last_step, r, j));
+    b.group_from(m);
+  }
   for (int t = k - 1; t >= 0; --t) {
     const int partner = r ^ (p >> (t + 1));
     const int step = 1 + k + (k - 1 - t);
     const auto& S = sent[size_t(t)];
     const auto& K = keep[size_t(t)];
     const int nc = K.second - K.first;
-    for (int i = 0; i < nc; ++i) {
-      for (int j = 0; j < b.B; ++j) {
+    for (int j = 0; j < b.B; ++j) {
+      const size_t m = b.mark();
+      for (int i = 0; i < nc; ++i) {
         const int sc = K.first + i, rc = S.first + i;
         b.step(Role::kSendFinal, sc, j, partner, b.tag(step, sc, j), Role::kRecvFinal, rc, j, partner,
                b.tag(step, rc, j));
       }
+      b.group_from(m);
     }
   }
 }
@@ -229,20 +251,25 @@ void twostep(Builder& b, int r, int n) {
     for (int j = 0; j < b.B; ++j) b.add(Role::kLocalSink, 0, j, -1, 0);
     return;
   }
+  // Block j to and from every peer: one group on ordered transports.
   for (int j = 0; j < b.B; ++j) {
+    const size_t m = b.mark();
     for (int i = 1; i < n; ++i) {
       const int dst = mod(r + i, n), src = mod(r - i, n);
       // Tag by (step, block, offset i): both ends compute i = (dst - src) mod n.
       const int64_t tag = int64_t(j) * n + i;
       b.step(Role::kSendLeaf, dst, j, dst, tag, i < n - 1 ? Role::kRecvDA : Role::kRecvSink, r, j, src, tag);
     }
+    b.group_from(m);
   }
   for (int j = 0; j < b.B; ++j) {
+    const size_t m = b.mark();
     for (int i = 1; i < n; ++i) {
       const int dst = mod(r + i, n), src = mod(r - i, n);
       const int64_t tag = (int64_t(b.B) + j) * n + i;
       b.step(Role::kSendFinal, r, j, dst, tag, Role::kRecvFinal, src, j, src, tag);
     }
+    b.group_from(m);
   }
 }
 

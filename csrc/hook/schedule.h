@@ -52,6 +52,15 @@ struct Op {
   // that run a rank's operations in posting order (NCCL) get the two posted
   // as one group, so that every rank's k-th step meets its peers' k-th step.
   bool with_recv = false;
+  // The next op goes in the same group as this one on backends that run
+  // operations in posting order: a schedule joins the ops of one step and
+  // block (every chunk and peer it sends to or receives from there), which
+  // need nothing received in that group, so such a backend runs them in one
+  // round instead of one round each (NCCL: one kernel, not one after another
+  // on the stream). Both ends of every message see matching joins (the
+  // schedules are symmetric and the block table is shared), so the groups
+  // still meet.
+  bool group_next = false;
 };
 
 struct Program {

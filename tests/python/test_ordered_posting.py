@@ -6,12 +6,15 @@ as one group (experiments/results/nccl_order.md). A CUDA bucket always takes
 that path; DYNAMIQ_ORDERED_POSTING=1 forces it on CPU buckets over Gloo, which
 is how its path through C10dTransport runs here (no GPU). Every mode and
 topology must give bit-identical results and byte counts to the default
-posting, on 3 ranks (a ring of 3+, a butterfly with an extra rank, two-step) with blocks
+posting, on 3 and 5 ranks (a ring of 3+, a butterfly with extra ranks whose
+steps post several chunks as one group, two-step with every peer in one group,
+DynamiQ's statistics as a butterfly from 4 ranks on) with blocks
 small enough that the default posting receives ahead. The default posting
 also sends lossless's two-part messages as one (Gloo completes a receive with
 a shorter message), the ordered one as two: the comparison covers both.
 """
 
+import pytest
 import torch
 
 import dynamiq
@@ -39,10 +42,11 @@ def _all(rank, world):
     return out
 
 
-def test_ordered_posting_equals_default_posting_over_gloo():
-    default = run_ranks(_all, 3, timeout=300)
-    ordered = run_ranks(_all, 3, timeout=300, env={"DYNAMIQ_ORDERED_POSTING": "1"})
-    for rank in range(3):
+@pytest.mark.parametrize("world", [3, 5])
+def test_ordered_posting_equals_default_posting_over_gloo(world):
+    default = run_ranks(_all, world, timeout=300)
+    ordered = run_ranks(_all, world, timeout=300, env={"DYNAMIQ_ORDERED_POSTING": "1"})
+    for rank in range(world):
         for key in default[rank]:
             bits_d, sent_d, path_d, ord_d, one_d = default[rank][key]
             bits_o, sent_o, path_o, ord_o, one_o = ordered[rank][key]
@@ -52,4 +56,4 @@ def test_ordered_posting_equals_default_posting_over_gloo():
             assert sent_d == sent_o, (key, rank, sent_d, sent_o)
             assert bits_d == bits_o, (key, rank)
     for key in default[0]:  # and every rank holds the same result
-        assert default[0][key][0] == default[1][key][0] == default[2][key][0], key
+        assert all(default[r][key][0] == default[0][key][0] for r in range(world)), key
