@@ -146,7 +146,7 @@ namespace {
 }  // namespace
 
 Topology metadata_topology(Topology data_topology, int world) {
-  return data_topology == Topology::kRing && world >= 4 ? Topology::kButterfly : data_topology;
+  return data_topology == Topology::kRing && world >= 4 ? Topology::kTwoStep : data_topology;
 }
 
 namespace {
@@ -215,7 +215,7 @@ CallStats all_reduce_one(Transport& tr, const CollectiveConfig& cfg, const CallA
   }
 
   // 3. metadata all-reduce: small, so its rounds are its cost; never around a
-  // ring of 4+ ranks (2(n-1) rounds) but as a butterfly (about 2 log2 n).
+  // ring of 4+ ranks (2(n-1) rounds) but two-step (2 rounds).
   t0 = Clock::now();
   if (!stats.empty())
     all_reduce_exact_f32(tr, metadata_topology(cfg.topology, n), stats.data(), int64_t(stats.size()), cfg.exact_block_bytes(),

@@ -88,9 +88,11 @@ void all_reduce_exact_f32(Transport& tr, Topology topo, float* data, int64_t cou
                           const Device* device = nullptr);
 
 // The topology of the metadata all-reduce for a collective on `data_topology`:
-// butterfly instead of a ring of 4 or more ranks (the statistics are small, so
-// the number of rounds sets their cost: 2(n-1) on a ring, about 2 log2 n on a
-// butterfly; tests/cpp/test_rounds.cc), else the data topology.
+// two-step instead of a ring of 4 or more ranks (the statistics are small, so
+// the number of rounds sets their cost: 2(n-1) on a ring, 2 on two-step with
+// NCCL's posting, tests/cpp/test_rounds.cc; over Gloo on 4 ranks, 1 MB buckets,
+// two-step was also a little faster and a butterfly a little slower than the
+// ring: experiments/results/nccl_order.md), else the data topology.
 Topology metadata_topology(Topology data_topology, int world);
 
 }  // namespace dynamiq

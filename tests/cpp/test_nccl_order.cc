@@ -101,9 +101,9 @@ TEST(NcclOrder, TheStreamCheckerFindsCyclesAndSizeMismatches) {
 // With the default posting (receives posted ahead, for Gloo) the ring with
 // three or more ranks already follows the rule (each pair carries one
 // direction only) for the fixed-size codecs; DynamiQ's metadata all-reduce
-// too on 3 ranks, where it goes around the ring (from 4 ranks it is a
-// butterfly, whose pairs carry both directions: that needs the ordered
-// posting of the next test).
+// too on 3 ranks, where it goes around the ring (from 4 ranks it is
+// two-step, whose pairs carry both directions: that needs the ordered posting
+// of the next test).
 TEST(NcclOrder, RingWithThreeOrMoreRanksFollowsIt) {
   const int64_t numel = 256 * 64 + 11;
   for (Mode mode : {Mode::kNone, Mode::kDynamiq, Mode::kBitsplit})
