@@ -146,6 +146,11 @@ struct PostedRecv {
   BufferPool::Ptr buf;
   size_t static_bytes = 0;
   bool one_part = false;  // posted for the whole message (see accepts_shorter_messages)
+  // Receives of a joined group with two-part messages (ordered transports):
+  // the first part already waited for, the second part's size and receive.
+  bool first_part_done = false;
+  size_t dyn = 0;
+  std::unique_ptr<Request> dreq;
 };
 
 // On failure, requests may still reference buffers (a posted receive can be
@@ -157,6 +162,7 @@ void park_on_failure(const Memory& memory, std::deque<PostedRecv>& recvs, std::v
   std::lock_guard<std::mutex> lk(mu);
   for (auto& r : recvs) {
     graveyard->push_back(std::shared_ptr<void>(r.req.release(), [](void*) {}));
+    if (r.dreq) graveyard->push_back(std::shared_ptr<void>(r.dreq.release(), [](void*) {}));
     graveyard->push_back(r.buf);
   }
   for (auto& s : sends) {
@@ -303,6 +309,18 @@ void execute(Transport& tr, const Codec& codec, const Plan& plan, const BlockTab
   // incoming message's second part (op index of that receive -> the message),
   // once the incoming first part told its size.
   std::map<size_t, std::pair<Op, BufferPool::Ptr>> deferred_dynamic;
+  // A joined group (Op::group_next) being posted, on an ordered transport: the
+  // second parts of its two-part messages go together in one more group, once
+  // every first part it receives has told its size (or at once when it
+  // receives nothing), so that a group meets its peers' groups as a whole.
+  struct JoinedGroup {
+    std::vector<std::pair<Op, BufferPool::Ptr>> second_parts;  // sends
+    size_t recvs = 0;
+    bool second_parts_posted = false;
+  };
+  std::vector<JoinedGroup> joined;
+  std::vector<int32_t> joined_of(prog.ops.size(), -1);  // receive op -> its joined group
+  JoinedGroup* posting_joined = nullptr;
   auto push_send = [&](PendingSend&& p) {
     send_held += held_bytes(p);
     sends.push_back(std::move(p));
@@ -322,6 +340,16 @@ void execute(Transport& tr, const Codec& codec, const Plan& plan, const BlockTab
       timed(st.t_post, [&] {
         push_send(PendingSend{tr.isend(buf->data(), buf->size, op.peer, op.tag), buf, -1});
       });
+    } else if (posting_joined) {
+      // first part now (with the step's receive), second part with the group's
+      const bool paired = paired_recv(i);
+      if (paired) tr.group_start();
+      timed(st.t_post, [&] { push_send(PendingSend{tr.isend(buf->data(), sb, op.peer, op.tag), buf, -1}); });
+      posting_joined->second_parts.emplace_back(op, buf);
+      if (paired) {
+        post_recv_at(next_recv++);
+        tr.group_end();
+      }
     } else if (!paired_recv(i)) {
       // both parts now: in one group (Gloo: no constraint), or on an ordered
       // transport one after the other, as the receiver posts them
@@ -405,12 +433,27 @@ void execute(Transport& tr, const Codec& codec, const Plan& plan, const BlockTab
   // A send: receives due soon are posted first (see FIELD-NOTES: with two
   // ranks, a send posted before its peer's receive serialises on Gloo).
   std::vector<uint8_t> posted_with_group(prog.ops.size(), 0);
-  // Joined groups (Op::group_next) on ordered transports, unless a message
-  // has two parts: its second part is posted on its own once the first has
-  // told its size, and a group must meet its peer's group as a whole.
-  bool group_ops = ordered;
-  for (const Block& b : bt.blocks)
-    if (group_ops && codec.max_dynamic_bytes(plan, b) > 0) group_ops = false;
+  // Joined groups (Op::group_next) on ordered transports (see JoinedGroup for
+  // two-part messages).
+  const bool group_ops = ordered;
+  bool two_part = false;  // any message with a second part (lossless)
+  for (const Block& b : bt.blocks) two_part = two_part || codec.max_dynamic_bytes(plan, b) > 0;
+  auto post_second_parts = [&](JoinedGroup& g) {
+    tr.group_start();
+    timed(st.t_post, [&] {
+      for (const auto& m : g.second_parts)
+        send_dynamic(m.first, m.second, codec.static_bytes(plan, bt.blocks[size_t(m.first.block)]));
+      for (size_t k = 0; k < g.recvs; ++k) {
+        PostedRecv& r = posted[k];
+        const Op& rop = prog.ops[r.op];
+        if (r.dyn > 0 && !r.one_part)
+          r.dreq = tr.irecv(r.buf->data() + r.static_bytes, r.dyn, rop.peer, rop.tag | kDynamicTagBit);
+      }
+    });
+    tr.group_end();
+    g.second_parts.clear();
+    g.second_parts_posted = true;
+  };
   auto do_send = [&](size_t i) {
     const Op& op = prog.ops[i];
     const Block& blk = bt.blocks[size_t(op.block)];
@@ -440,25 +483,54 @@ void execute(Transport& tr, const Codec& codec, const Plan& plan, const BlockTab
         // every send of the group is made and posted, and every receive
         // posted, before the group closes; then the ops run in program order
         // as usual (the sends are not posted again).
+        joined.emplace_back();
+        posting_joined = &joined.back();
         tr.group_start();
         for (size_t s = i;; ++s) {
           posted_with_group[s] = 1;
-          if (is_send(prog.ops[s].role)) do_send(s);
-          else if (is_recv(prog.ops[s].role)) post_recvs_upto(s);
+          if (is_send(prog.ops[s].role)) {
+            do_send(s);
+          } else if (is_recv(prog.ops[s].role)) {
+            post_recvs_upto(s);
+            if (two_part) {
+              joined_of[s] = int32_t(joined.size() - 1);
+              posting_joined->recvs += 1;
+            }
+          }
           if (!prog.ops[s].group_next) break;
         }
         tr.group_end();
+        posting_joined = nullptr;
+        if (joined.back().recvs == 0 && !joined.back().second_parts.empty()) post_second_parts(joined.back());
       }
       if (is_recv(op.role)) {
         post_recvs_upto(i);
         DQ_CHECK(!posted.empty() && posted.front().op == i, "executor: receive order broken");
+        auto first_part = [&](PostedRecv& r) {
+          if (r.first_part_done) return;
+          wait_timer(*r.req);
+          const Block& rb = bt.blocks[size_t(prog.ops[r.op].block)];
+          r.dyn = codec.dynamic_bytes(r.buf->data(), plan, rb);
+          if (r.dyn > codec.max_dynamic_bytes(plan, rb))
+            throw MalformedMessage(codec.name() + ": dynamic part larger than its bound");
+          r.first_part_done = true;
+        };
+        if (joined_of[i] >= 0 && !joined[size_t(joined_of[i])].second_parts_posted) {
+          // the first receive of a joined group: every first part, then the
+          // group's second parts in one group (posted holds exactly its receives)
+          JoinedGroup& g = joined[size_t(joined_of[i])];
+          DQ_CHECK(posted.size() >= g.recvs, "executor: joined group's receives missing");
+          for (size_t k = 0; k < g.recvs; ++k) {
+            DQ_CHECK(joined_of[posted[k].op] == joined_of[i], "executor: joined group's receives out of order");
+            first_part(posted[k]);
+          }
+          post_second_parts(g);
+        }
         PostedRecv pr = std::move(posted.front());
         posted.pop_front();
-        wait_timer(*pr.req);
+        first_part(pr);
         size_t total = pr.static_bytes;
-        const size_t dyn = codec.dynamic_bytes(pr.buf->data(), plan, blk);
-        if (dyn > codec.max_dynamic_bytes(plan, blk))
-          throw MalformedMessage(codec.name() + ": dynamic part larger than its bound");
+        const size_t dyn = pr.dyn;
         auto deferred = deferred_dynamic.find(i);
         const bool paired = deferred != deferred_dynamic.end();
         if (paired) {  // our second part in one group with the incoming one's
@@ -466,8 +538,8 @@ void execute(Transport& tr, const Codec& codec, const Plan& plan, const BlockTab
           const Op& sop = deferred->second.first;
           send_dynamic(sop, deferred->second.second, codec.static_bytes(plan, bt.blocks[size_t(sop.block)]));
         }
-        std::unique_ptr<Request> dreq;
-        if (dyn > 0 && !pr.one_part)
+        std::unique_ptr<Request> dreq = std::move(pr.dreq);
+        if (dyn > 0 && !pr.one_part && joined_of[i] < 0)
           dreq = tr.irecv(pr.buf->data() + total, dyn, op.peer, op.tag | kDynamicTagBit);
         if (paired) {
           tr.group_end();

@@ -60,6 +60,25 @@ TEST(Rounds, TheModelCountsARingsStepsAndItsHeader) {
   }
 }
 
+// Lossless messages have two parts; on an ordered transport the second parts
+// follow once the first parts told their sizes, as one more group per joined
+// group: at most twice the rounds of mode none, however many chunks or peers
+// a step has (it was one group per chunk and peer: 2(n-1) per phase on
+// two-step).
+TEST(Rounds, LosslessSecondPartsTakeOneMoreRoundPerGroup) {
+  for (int n : {3, 4, 5, 8}) {
+    const int64_t numel = 256 * 4 * n;
+    for (Topology topo : {Topology::kTwoStep, Topology::kButterfly}) {
+      const int64_t none = rounds_of(Mode::kNone, topo, n, numel);
+      const int64_t lossless = rounds_of(Mode::kLossless, topo, n, numel);
+      ASSERT_GT(none, 0);
+      ASSERT_GT(lossless, 0);
+      EXPECT_LE(lossless - 1, 2 * (none - 1)) << topology_name(topo) << " n=" << n;
+    }
+    EXPECT_LE(rounds_of(Mode::kLossless, Topology::kTwoStep, n, numel), 1 + 4) << "n=" << n;
+  }
+}
+
 // DynamiQ's statistics all-reduce (the paper's metadata exchange) is small:
 // its rounds are its whole cost. From 4 ranks on it never goes around a ring
 // (2(n-1) rounds): two-step (2 rounds) for ring and two-step buckets, a
