@@ -27,10 +27,10 @@ void InprocWorld::fail(int rank, const std::string& why) {
   cv_.notify_all();
 }
 
-void InprocWorld::record(int rank, int peer, bool send, size_t bytes, uint64_t group) {
+void InprocWorld::record(int rank, int peer, bool send, size_t bytes, uint64_t group, uint32_t tag) {
   std::lock_guard<std::mutex> lk(mu_);
   if (peer >= 0) posted_[{rank, peer}].push_back(Posted{send, bytes, group});
-  seq_[size_t(rank)].push_back(Seq{peer, send, bytes, group});
+  seq_[size_t(rank)].push_back(Seq{peer, send, bytes, group, tag});
 }
 
 std::vector<std::string> InprocWorld::nccl_order_violations() const {
@@ -140,6 +140,13 @@ std::string InprocWorld::simulate_stream(int64_t* rounds) const {
         return "send " + std::to_string(k) + " from rank " + std::to_string(s.rank) + " to rank " +
                std::to_string(v.rank) + " has " + std::to_string(seq_[s.rank][s.op].bytes) +
                " bytes, the receive " + std::to_string(seq_[v.rank][v.op].bytes);
+      // NCCL has no tags: the k-th send meets the k-th receive whatever they
+      // were meant for, so a message that lands in another's receive (same
+      // size, other tag) would be silently wrong data there
+      if (seq_[s.rank][s.op].tag != seq_[v.rank][v.op].tag)
+        return "send " + std::to_string(k) + " from rank " + std::to_string(s.rank) + " to rank " +
+               std::to_string(v.rank) + " has tag " + std::to_string(seq_[s.rank][s.op].tag) +
+               ", the receive it meets in posting order tag " + std::to_string(seq_[v.rank][v.op].tag);
       partner[s.rank][s.op] = v;
       partner[v.rank][v.op] = s;
     }
@@ -429,7 +436,7 @@ class RendezvousRequest final : public Request {
 }  // namespace
 
 std::unique_ptr<Request> InprocTransport::irecv(void* buf, size_t bytes, int src, uint32_t tag) {
-  world_.record(rank_, src, false, bytes, group_);
+  world_.record(rank_, src, false, bytes, group_, tag);
   if (world_.rendezvous_sends())
     return std::make_unique<RendezvousRequest>(world_, world_.post_recv_rv(src, rank_, tag, buf, bytes), false,
                                                src, tag);
@@ -438,7 +445,7 @@ std::unique_ptr<Request> InprocTransport::irecv(void* buf, size_t bytes, int src
 
 std::unique_ptr<Request> InprocTransport::isend(const void* buf, size_t bytes, int dst,
                                                 uint32_t tag) {
-  world_.record(rank_, dst, true, bytes, group_);
+  world_.record(rank_, dst, true, bytes, group_, tag);
   if (world_.rendezvous_sends())
     return std::make_unique<RendezvousRequest>(world_, world_.post_send_rv(rank_, dst, tag, buf, bytes), true,
                                                dst, tag);

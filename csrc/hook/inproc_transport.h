@@ -61,7 +61,9 @@ class InprocWorld {
   // receive from a; a large NCCL send does not finish before its receive runs);
   // all-reduces (the header exchange) need every rank at its matching one.
   // Returns "" when every rank's posting runs to the end, else what blocks
-  // (mismatched sizes, or a deadlock with every stuck rank's current unit).
+  // (mismatched sizes, or a deadlock with every stuck rank's current unit) or
+  // what would be delivered wrongly (a send meeting, in posting order, a
+  // receive posted for another message: another tag).
   std::string nccl_stream_deadlock() const;
   // The same model's latency: rounds until the last rank's last unit has
   // finished, where an operation takes one round from the moment both its
@@ -94,7 +96,7 @@ class InprocWorld {
   // -- used by InprocTransport --
   // Records a posted operation for nccl_order_violations (group 0: none).
   // peer -1: an all-reduce.
-  void record(int rank, int peer, bool send, size_t bytes, uint64_t group);
+  void record(int rank, int peer, bool send, size_t bytes, uint64_t group, uint32_t tag = 0);
   void post(int src, int dst, uint32_t tag, const void* data, size_t bytes);
   void take(int src, int dst, uint32_t tag, void* data, size_t bytes);
   // Rendezvous mode: one message's state, shared by its send and receive.
@@ -148,6 +150,7 @@ class InprocWorld {
     bool send;
     size_t bytes;
     uint64_t group;
+    uint32_t tag;  // what the message is (NCCL ignores it; the checker compares it)
   };
   std::vector<std::vector<Seq>> seq_;
   bool posts_in_order_ = false;

@@ -70,6 +70,31 @@ std::string ring3(std::vector<const char*> units, size_t recv_bytes = 64) {
   return world.nccl_stream_deadlock();
 }
 
+// NCCL matches by posting order, not by tag: two messages of one size from
+// rank 0 to rank 1, received in the other order, would swap their bytes
+// there (tags keep them apart in-process and on Gloo).
+TEST(NcclOrder, TheStreamCheckerFindsMessagesMeetingTheWrongReceive) {
+  for (bool swapped : {false, true}) {
+    InprocWorld w(2, std::chrono::seconds(10));
+    w.run([&](int r, Transport& tr) {
+      uint64_t out[2] = {1, 2}, in[2] = {0, 0};
+      std::vector<std::unique_ptr<Request>> q;
+      tr.group_start();
+      for (uint32_t k = 0; k < 2; ++k) {
+        const uint32_t tag = swapped ? 1 - k : k;
+        if (r == 0) q.push_back(tr.isend(&out[k], 8, 1, k));
+        else q.push_back(tr.irecv(&in[tag], 8, 0, tag));
+      }
+      tr.group_end();
+      for (auto& x : q) x->wait();
+    });
+    const std::string d = w.nccl_stream_deadlock();
+    if (!swapped) EXPECT_EQ(d, "");
+    else EXPECT_NE(d.find("send 0 from rank 0 to rank 1 has tag 0, the receive it meets in posting order tag 1"),
+                   std::string::npos) << d;
+  }
+}
+
 TEST(NcclOrder, TheStreamCheckerFindsCyclesAndSizeMismatches) {
   // every rank starts its stream with a send whose receiver is busy sending
   const std::string d = ring3({"s", "r"});
