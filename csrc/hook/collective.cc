@@ -141,10 +141,6 @@ void all_reduce_exact_f32(Transport& tr, Topology topo, float* data, int64_t cou
   if (bytes_sent) *bytes_sent += es.bytes_sent;
 }
 
-namespace {
-
-}  // namespace
-
 Topology metadata_topology(Topology data_topology, int world) {
   return data_topology == Topology::kRing && world >= 4 ? Topology::kTwoStep : data_topology;
 }

@@ -250,7 +250,7 @@ void execute(Transport& tr, const Codec& codec, const Plan& plan, const BlockTab
   // Transports that run operations in posting order (NCCL: no tags; one
   // stream per rank, or per pair of ranks) get receives in program order only
   // and each step's send and receive in one group (see paired_recv; and the
-  // ops a schedule joins with Op::group_next, see group_ops), so the
+  // ops a schedule joins with Op::group_next, see JoinedGroup), so the
   // ranks' operations meet in the same order on every rank (InprocWorld's
   // nccl_stream_deadlock and nccl_order_violations check both models). Other
   // transports post receives ahead.
@@ -345,7 +345,7 @@ void execute(Transport& tr, const Codec& codec, const Plan& plan, const BlockTab
       const bool paired = paired_recv(i);
       if (paired) tr.group_start();
       timed(st.t_post, [&] { push_send(PendingSend{tr.isend(buf->data(), sb, op.peer, op.tag), buf, -1}); });
-      posting_joined->second_parts.emplace_back(op, buf);
+      if (buf->size > sb) posting_joined->second_parts.emplace_back(op, buf);
       if (paired) {
         post_recv_at(next_recv++);
         tr.group_end();
@@ -430,12 +430,8 @@ void execute(Transport& tr, const Codec& codec, const Plan& plan, const BlockTab
       sends.erase(sends.begin() + std::ptrdiff_t(i));
     }
   };
-  // A send: receives due soon are posted first (see FIELD-NOTES: with two
-  // ranks, a send posted before its peer's receive serialises on Gloo).
+  // Ops posted ahead with their joined group (Op::group_next; ordered transports).
   std::vector<uint8_t> posted_with_group(prog.ops.size(), 0);
-  // Joined groups (Op::group_next) on ordered transports (see JoinedGroup for
-  // two-part messages).
-  const bool group_ops = ordered;
   bool two_part = false;  // any message with a second part (lossless)
   for (const Block& b : bt.blocks) two_part = two_part || codec.max_dynamic_bytes(plan, b) > 0;
   auto post_second_parts = [&](JoinedGroup& g) {
@@ -454,6 +450,18 @@ void execute(Transport& tr, const Codec& codec, const Plan& plan, const BlockTab
     g.second_parts.clear();
     g.second_parts_posted = true;
   };
+  // Waits for a receive's first part and reads the size of its second part.
+  auto first_part = [&](PostedRecv& r) {
+    if (r.first_part_done) return;
+    wait_timer(*r.req);
+    const Block& rb = bt.blocks[size_t(prog.ops[r.op].block)];
+    r.dyn = codec.dynamic_bytes(r.buf->data(), plan, rb);
+    if (r.dyn > codec.max_dynamic_bytes(plan, rb))
+      throw MalformedMessage(codec.name() + ": dynamic part larger than its bound");
+    r.first_part_done = true;
+  };
+  // A send: receives due soon are posted first (see FIELD-NOTES: with two
+  // ranks, a send posted before its peer's receive serialises on Gloo).
   auto do_send = [&](size_t i) {
     const Op& op = prog.ops[i];
     const Block& blk = bt.blocks[size_t(op.block)];
@@ -478,7 +486,7 @@ void execute(Transport& tr, const Codec& codec, const Plan& plan, const BlockTab
     for (size_t i = 0; i < prog.ops.size(); ++i) {
       const Op& op = prog.ops[i];
       const Block& blk = bt.blocks[size_t(op.block)];
-      if (group_ops && op.group_next && !posted_with_group[i]) {
+      if (ordered && op.group_next && !posted_with_group[i]) {
         // Ops joined into one group (Op::group_next; ordered transports):
         // every send of the group is made and posted, and every receive
         // posted, before the group closes; then the ops run in program order
@@ -506,15 +514,6 @@ void execute(Transport& tr, const Codec& codec, const Plan& plan, const BlockTab
       if (is_recv(op.role)) {
         post_recvs_upto(i);
         DQ_CHECK(!posted.empty() && posted.front().op == i, "executor: receive order broken");
-        auto first_part = [&](PostedRecv& r) {
-          if (r.first_part_done) return;
-          wait_timer(*r.req);
-          const Block& rb = bt.blocks[size_t(prog.ops[r.op].block)];
-          r.dyn = codec.dynamic_bytes(r.buf->data(), plan, rb);
-          if (r.dyn > codec.max_dynamic_bytes(plan, rb))
-            throw MalformedMessage(codec.name() + ": dynamic part larger than its bound");
-          r.first_part_done = true;
-        };
         if (joined_of[i] >= 0 && !joined[size_t(joined_of[i])].second_parts_posted) {
           // the first receive of a joined group: every first part, then the
           // group's second parts in one group (posted holds exactly its receives)

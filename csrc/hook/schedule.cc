@@ -96,9 +96,11 @@ struct Builder {
     const bool sent = add(sr, sc, sj, speer, stag);
     if (add(rr, rc, rj, rpeer, rtag) && sent) prog.ops[prog.ops.size() - 2].with_recv = true;
   }
-  // The ops added since mark() go in one group (Op::group_next).
-  size_t mark() const { return prog.ops.size(); }
-  void group_from(size_t m) {
+  // The ops that add_ops() adds go in one group (Op::group_next).
+  template <typename F>
+  void grouped(F&& add_ops) {
+    const size_t m = prog.ops.size();
+    add_ops();
     for (size_t i = m; i + 1 < prog.ops.size(); ++i) prog.ops[i].group_next = true;
   }
   int64_t tag(int step, int chunk, int j) const {
@@ -154,16 +156,14 @@ void butterfly(Builder& b, int r, int n) {
     // An extra rank: each chunk to its owner, each finished chunk back from it,
     // block by block across the owners (block j of every chunk, then block j+1)
     // in the order the owners take them, so that all owners advance together.
-    for (int j = 0; j < b.B; ++j) {
-      const size_t m = b.mark();
-      for (int c = 0; c < p; ++c) b.add(Role::kSendLeaf, c, j, c, b.tag(extra_step, c, j));
-      b.group_from(m);
-    }
-    for (int j = 0; j < b.B; ++j) {
-      const size_t m = b.mark();
-      for (int c = 0; c < p; ++c) b.add(Role::kRecvFinal, c, j, c, b.tag(last_step, c, j));
-      b.group_from(m);
-    }
+    for (int j = 0; j < b.B; ++j)
+      b.grouped([&] {
+        for (int c = 0; c < p; ++c) b.add(Role::kSendLeaf, c, j, c, b.tag(extra_step, c, j));
+      });
+    for (int j = 0; j < b.B; ++j)
+      b.grouped([&] {
+        for (int c = 0; c < p; ++c) b.add(Role::kRecvFinal, c, j, c, b.tag(last_step, c, j));
+      });
     return;
   }
   if (p == 1) {  // n == 1: no extra ranks
@@ -205,41 +205,38 @@ void butterfly(Builder& b, int r, int n) {
     const int nc = S.second - S.first;
     // At the last halving step (one chunk each way: rc == r) each block first
     // takes the extra ranks' share of it.
-    for (int j = 0; j < b.B; ++j) {
-      const size_t m = b.mark();
-      for (int i = 0; i < nc; ++i) {
-        const int sc = S.first + i, rc = K.first + i;
-        if (t == k - 1)
-          for (int e = p; e < n; ++e) b.add(Role::kRecvDA, rc, j, e, b.tag(extra_step, rc, j));
-        b.step(t == 0 ? Role::kSendLeaf : Role::kSendPending, sc, j, partner, b.tag(step, sc, j),
-               recv_role(rc), rc, j, partner, b.tag(step, rc, j));
-      }
-      b.group_from(m);
-    }
+    for (int j = 0; j < b.B; ++j)
+      b.grouped([&] {
+        for (int i = 0; i < nc; ++i) {
+          const int sc = S.first + i, rc = K.first + i;
+          if (t == k - 1)
+            for (int e = p; e < n; ++e) b.add(Role::kRecvDA, rc, j, e, b.tag(extra_step, rc, j));
+          b.step(t == 0 ? Role::kSendLeaf : Role::kSendPending, sc, j, partner, b.tag(step, sc, j),
+                 recv_role(rc), rc, j, partner, b.tag(step, rc, j));
+        }
+      });
   }
   // The finished chunk back to the extra ranks, after the halving steps: a
   // final sent in between could wait (send window, or NCCL's one stream per
   // rank) for an extra rank still sending its later blocks to this one.
-  for (int j = 0; j < b.B; ++j) {
-    const size_t m = b.mark();
-    for (int e = p; e < n; ++e) b.add(Role::kSendFinal, r, j, e, b.tag(last_step, r, j));
-    b.group_from(m);
-  }
+  for (int j = 0; j < b.B; ++j)
+    b.grouped([&] {
+      for (int e = p; e < n; ++e) b.add(Role::kSendFinal, r, j, e, b.tag(last_step, r, j));
+    });
   for (int t = k - 1; t >= 0; --t) {
     const int partner = r ^ (p >> (t + 1));
     const int step = 1 + k + (k - 1 - t);
     const auto& S = sent[size_t(t)];
     const auto& K = keep[size_t(t)];
     const int nc = K.second - K.first;
-    for (int j = 0; j < b.B; ++j) {
-      const size_t m = b.mark();
-      for (int i = 0; i < nc; ++i) {
-        const int sc = K.first + i, rc = S.first + i;
-        b.step(Role::kSendFinal, sc, j, partner, b.tag(step, sc, j), Role::kRecvFinal, rc, j, partner,
-               b.tag(step, rc, j));
-      }
-      b.group_from(m);
-    }
+    for (int j = 0; j < b.B; ++j)
+      b.grouped([&] {
+        for (int i = 0; i < nc; ++i) {
+          const int sc = K.first + i, rc = S.first + i;
+          b.step(Role::kSendFinal, sc, j, partner, b.tag(step, sc, j), Role::kRecvFinal, rc, j, partner,
+                 b.tag(step, rc, j));
+        }
+      });
   }
 }
 
@@ -252,25 +249,23 @@ void twostep(Builder& b, int r, int n) {
     return;
   }
   // Block j to and from every peer: one group on ordered transports.
-  for (int j = 0; j < b.B; ++j) {
-    const size_t m = b.mark();
-    for (int i = 1; i < n; ++i) {
-      const int dst = mod(r + i, n), src = mod(r - i, n);
-      // Tag by (step, block, offset i): both ends compute i = (dst - src) mod n.
-      const int64_t tag = int64_t(j) * n + i;
-      b.step(Role::kSendLeaf, dst, j, dst, tag, i < n - 1 ? Role::kRecvDA : Role::kRecvSink, r, j, src, tag);
-    }
-    b.group_from(m);
-  }
-  for (int j = 0; j < b.B; ++j) {
-    const size_t m = b.mark();
-    for (int i = 1; i < n; ++i) {
-      const int dst = mod(r + i, n), src = mod(r - i, n);
-      const int64_t tag = (int64_t(b.B) + j) * n + i;
-      b.step(Role::kSendFinal, r, j, dst, tag, Role::kRecvFinal, src, j, src, tag);
-    }
-    b.group_from(m);
-  }
+  for (int j = 0; j < b.B; ++j)
+    b.grouped([&] {
+      for (int i = 1; i < n; ++i) {
+        const int dst = mod(r + i, n), src = mod(r - i, n);
+        // Tag by (step, block, offset i): both ends compute i = (dst - src) mod n.
+        const int64_t tag = int64_t(j) * n + i;
+        b.step(Role::kSendLeaf, dst, j, dst, tag, i < n - 1 ? Role::kRecvDA : Role::kRecvSink, r, j, src, tag);
+      }
+    });
+  for (int j = 0; j < b.B; ++j)
+    b.grouped([&] {
+      for (int i = 1; i < n; ++i) {
+        const int dst = mod(r + i, n), src = mod(r - i, n);
+        const int64_t tag = (int64_t(b.B) + j) * n + i;
+        b.step(Role::kSendFinal, r, j, dst, tag, Role::kRecvFinal, src, j, src, tag);
+      }
+    });
 }
 
 }  // namespace
