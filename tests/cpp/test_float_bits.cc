@@ -1,5 +1,7 @@
 // bf16/fp16 conversions of float_bits.h against independent oracles:
-//  - fp16: gcc's _Float16 (hardware F16C conversion, IEEE round-to-nearest-even);
+//  - fp16: gcc's _Float16 (hardware F16C conversion, IEEE round-to-nearest-even;
+//    on aarch64, where gcc 12 has no _Float16 in C++, the Arm __fp16 type,
+//    converted by FCVT with the same rounding);
 //  - bf16: a reference written with double arithmetic (round to nearest even
 //    by comparing the distances to the two neighbouring bf16 values).
 // Every 16-bit pattern is checked exhaustively in the 16 -> 32 direction; in
@@ -24,6 +26,12 @@
 
 namespace dynamiq {
 namespace {
+
+#if defined(__aarch64__)
+using Half = __fp16;
+#else
+using Half = _Float16;
+#endif
 
 bool is_nan_bits32(uint32_t u) { return (u & 0x7fffffffu) > 0x7f800000u; }
 
@@ -69,7 +77,7 @@ TEST(FloatBits, Bf16ToF32ExhaustiveIsAShift) {
 
 TEST(FloatBits, F16ToF32ExhaustiveMatchesFloat16) {
   for (uint32_t h = 0; h < 65536; ++h) {
-    _Float16 x;
+    Half x;
     const uint16_t hh = uint16_t(h);
     std::memcpy(&x, &hh, 2);
     const float want = float(x);
@@ -102,7 +110,7 @@ TEST(FloatBits, F32ToF16MatchesFloat16OnAllRoundingCases) {
     for (uint32_t lo : lows) {
       const uint32_t u = (hi << 16) | lo;
       const float f = bits_f32(u);
-      const _Float16 h = _Float16(f);
+      const Half h = Half(f);
       uint16_t want;
       std::memcpy(&want, &h, 2);
       const uint16_t got = f32_to_f16_portable(f);
@@ -139,7 +147,7 @@ TEST(FloatBitsSweep, F32ToF16EveryFifthPattern) {
     const uint32_t b = uint32_t(u);
     if (is_nan_bits32(b)) continue;
     const float f = bits_f32(b);
-    const _Float16 h = _Float16(f);
+    const Half h = Half(f);
     uint16_t want;
     std::memcpy(&want, &h, 2);
     mismatches += f32_to_f16_portable(f) != want;
