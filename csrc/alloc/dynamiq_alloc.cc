@@ -54,7 +54,9 @@ struct Problem {
   double factor[4] = {0, 0, 0, 0};  // K(w[p], w[p+1])
   int64_t sg_bytes[5] = {0, 0, 0, 0, 0};
   int64_t num_sg = 0;
-  double budget_bits = 0.0;
+  double bits = 0.0;   // budget per coordinate
+  int64_t numel = 0;
+  double budget_bits = 0.0;  // bits * numel (reported)
 
   Rule rule(int64_t k) const {
     Rule r;
@@ -72,7 +74,7 @@ struct Problem {
     for (int p = 0; p + 1 < ws.count; ++p) b += at_or_above[p] * (sg_bytes[p + 1] - sg_bytes[p]);
     return b;
   }
-  bool fits(int64_t wire_bytes) const { return double(8 * wire_bytes) <= budget_bits; }
+  bool fits(int64_t wire_bytes) const { return dynamiq_fits_budget(wire_bytes, bits, numel); }
 };
 
 // ---- passes over the sanitised statistics (vectorised inner loops) ----------
@@ -333,6 +335,12 @@ double dynamiq_min_feasible_bits(int64_t numel, uint32_t mask, const DynamiqForm
   return numel == 0 ? 0.0 : 8.0 * double(n * dynamiq_sg_bytes(ws.w[0], fmt)) / double(numel);
 }
 
+bool dynamiq_budget_feasible(int64_t numel, double bits, uint32_t mask, const DynamiqFormat& fmt) {
+  const WidthSet ws = dynamiq_width_set(mask, fmt);
+  const int64_t n = dynamiq_num_sg(numel, fmt);
+  return n == 0 || dynamiq_fits_budget(n * dynamiq_sg_bytes(ws.w[0], fmt), bits, numel);
+}
+
 AllocResult dynamiq_allocate(const float* sumsq, int64_t numel, const AllocParams& params,
                              AllocState& state, uint8_t* widths_out, int64_t stride) {
   Problem pr;
@@ -347,6 +355,8 @@ AllocResult dynamiq_allocate(const float* sumsq, int64_t numel, const AllocParam
   const int nt = pr.ws.count - 1;
   for (int i = 0; i < pr.ws.count; ++i) pr.sg_bytes[i] = dynamiq_sg_bytes(pr.ws.w[i], params.format);
   for (int p = 0; p < nt; ++p) pr.factor[p] = dynamiq_threshold_factor(pr.ws.w[p], pr.ws.w[p + 1]);
+  pr.bits = params.bits;
+  pr.numel = numel;
   pr.budget_bits = params.bits * double(numel);
 
   AllocResult res;
@@ -357,7 +367,7 @@ AllocResult dynamiq_allocate(const float* sumsq, int64_t numel, const AllocParam
   if (pr.num_sg == 0) return res;
 
   const int64_t min_bytes = pr.num_sg * pr.sg_bytes[0];
-  if (!pr.fits(min_bytes)) {
+  if (!dynamiq_budget_feasible(numel, params.bits, params.widths_mask, params.format)) {
     const double need = 8.0 * double(min_bytes) / double(numel);
     throw Error("dynamiq allocator: budget of " + fmt_bits(params.bits) +
                 " bits per coordinate is below the minimum feasible " + fmt_bits(need) +

@@ -153,6 +153,20 @@ int64_t dynamiq_num_sg(int64_t numel, const DynamiqFormat& fmt);
 // smallest budget `dynamiq_allocate` accepts for this bucket.
 double dynamiq_min_feasible_bits(int64_t numel, uint32_t widths_mask, const DynamiqFormat& fmt);
 
+// The allocator's budget test, the only one: `wire_bytes` fit a budget of
+// `bits` per coordinate over `numel` coordinates iff 8 * wire_bytes <=
+// bits * numel (double compare; false for a NaN budget).
+inline bool dynamiq_fits_budget(int64_t wire_bytes, double bits, int64_t numel) {
+  return double(8 * wire_bytes) <= bits * double(numel);
+}
+
+// True iff `dynamiq_allocate` accepts the budget for a bucket of `numel`
+// elements: every SG at the narrowest allowed width (a partial last SG padded
+// to S on the wire) fits it. dynamiq_allocate throws exactly when this is
+// false (for valid parameters), so the driver can route such a bucket to the
+// exact path before planning. Throws Error on bad widths or format.
+bool dynamiq_budget_feasible(int64_t numel, double bits, uint32_t widths_mask, const DynamiqFormat& fmt);
+
 // Widths per SG: widths_out[j] for j < dynamiq_num_sg(numel). `sumsq[j *
 // stride]` is F_j, the all-reduced sum of squares of SG j. Guarantees
 // 8 * wire_bytes <= bits * numel. Throws Error if even the narrowest width

@@ -18,9 +18,10 @@ double secs(Clock::time_point a, Clock::time_point b) {
 const char* input_error_name(int e) {
   switch (InputError(e)) {
     case InputError::kDType: return "unsupported dtype";
-    case InputError::kLayout: return "non-contiguous tensor";
+    case InputError::kLayout: return "unsupported layout (sparse or non-contiguous)";
     case InputError::kDevice: return "tensor on an unsupported device";
     case InputError::kOther: return "invalid input";
+    case InputError::kConfig: return "an invalid config";
     default: return "?";
   }
 }
@@ -41,13 +42,21 @@ struct Header {
   std::string error;  // non-empty: every rank raises this
 };
 
+// `local_error`: this rank's input report; `config_error`: make_scheme
+// rejected this rank's config (reported as InputError::kConfig, also next to
+// an input error).
 Header exchange_header(Transport& tr, const std::vector<Field>& fields, bool nonfinite,
-                       InputError local_error) {
+                       InputError local_error, bool config_error) {
   const int n = tr.size();
   std::vector<int64_t> h(kHeaderFixed + fields.size() * kPieces * 2, 0);
   h[0] = 1;
   h[1] = nonfinite ? 1 : 0;
-  if (local_error != InputError::kNone) h[2 + size_t(local_error)] = 1;
+  if (local_error != InputError::kNone) {
+    // a code this build does not know (from the caller) still aborts every rank
+    const int e = int(local_error);
+    h[2 + size_t(e > 0 && e < kNumInputErrors ? e : int(InputError::kOther))] = 1;
+  }
+  if (config_error) h[2 + size_t(InputError::kConfig)] = 1;
   for (size_t f = 0; f < fields.size(); ++f)
     for (int p = 0; p < kPieces; ++p) {
       int64_t v = int64_t((fields[f].value >> (16 * p)) & 0xffffu);
@@ -155,13 +164,24 @@ CallStats all_reduce_one(Transport& tr, const CollectiveConfig& cfg, const CallA
   const bool ok_input = a.local_error == InputError::kNone;
   DQ_CHECK(!ok_input || a.numel == 0 || a.data != nullptr, "all_reduce: null data");
 
-  std::unique_ptr<Scheme> scheme = make_scheme(cfg);
+  // A config this rank cannot run is reported in the header exchange, like an
+  // input error, so that peers with another config raise at once rather than
+  // wait in the exchange for the process group's timeout.
+  std::unique_ptr<Scheme> scheme;
+  std::string config_error;
+  try {
+    scheme = make_scheme(cfg);
+  } catch (const Error& e) {
+    config_error = e.what();
+    if (config_error.empty()) config_error = "dynamiq: invalid config";
+  }
+  const bool ok_config = config_error.empty();
 
   // 1. local pass
   auto t0 = Clock::now();
   std::vector<float> stats;
   bool nonfinite = false;
-  if (ok_input && cfg.mode != Mode::kNone) {
+  if (ok_input && ok_config && cfg.mode != Mode::kNone) {
     stats.resize(size_t(scheme->stats_count(a.dtype, a.numel)));
     nonfinite = a.device ? scheme->device_local_pass(*a.device, a.data, a.dtype, a.numel, stats.data())
                          : scheme->local_pass(a.data, a.dtype, a.numel, stats.data());
@@ -181,8 +201,9 @@ CallStats all_reduce_one(Transport& tr, const CollectiveConfig& cfg, const CallA
       {"config fingerprint (bits, seed, widths, rounding, group sizes, block size)",
        cfg.fingerprint()},
   };
-  Header hdr = exchange_header(tr, fields, nonfinite, a.local_error);
+  Header hdr = exchange_header(tr, fields, nonfinite, a.local_error, !ok_config);
   cs.t_header = secs(t0, Clock::now());
+  if (!ok_config) throw Error(config_error);  // the detailed error; peers raise hdr.error
   if (!hdr.error.empty()) throw Error(hdr.error);
   if (!ok_input) throw Error("dynamiq all-reduce: local input rejected");
 
@@ -192,6 +213,10 @@ CallStats all_reduce_one(Transport& tr, const CollectiveConfig& cfg, const CallA
     path = Path::kExactMode;
   else if (a.numel < min_numel)
     path = Path::kExactTiny;
+  else if (!scheme->fits_budget(a.numel))
+    // decided before planning from numel and the config alone (both in the
+    // header fingerprint), so every rank takes the same path
+    path = Path::kExactBudget;
   else if (hdr.nonfinite > 0 && !scheme->exact())
     path = Path::kExactNonfinite;
   cs.path = path;

@@ -24,6 +24,7 @@ enum class Path : int32_t {
   kExactMode = 1,       // mode none (or a world of one rank)
   kExactTiny = 2,       // too small for compression to pay
   kExactNonfinite = 3,  // some rank had inf/nan: exact path so they reach the optimizer
+  kExactBudget = 4,     // no plan fits the bit budget at this size (Scheme::fits_budget)
 };
 
 // Input problems a rank reports instead of taking part, so that its peers
@@ -31,11 +32,12 @@ enum class Path : int32_t {
 enum class InputError : int32_t {
   kNone = 0,
   kDType = 1,
-  kLayout = 2,   // non-contiguous
+  kLayout = 2,   // sparse or non-contiguous
   kDevice = 3,
   kOther = 4,
+  kConfig = 5,   // make_scheme rejected this rank's config (set by the driver itself)
 };
-constexpr int kNumInputErrors = 5;
+constexpr int kNumInputErrors = 6;
 
 struct CallArgs {
   void* data = nullptr;
@@ -71,7 +73,10 @@ struct CallStats {
 };
 
 // Runs the collective in place on args.data. Throws Error (same message on
-// every rank for config disagreement and reported input errors). A bucket of
+// every rank for config disagreement and reported input errors; a rank whose
+// config make_scheme rejects still takes part in the header exchange,
+// reporting InputError::kConfig, and then raises make_scheme's message while
+// its peers raise the common one). A bucket of
 // more than cfg.max_collective_bytes runs as that many equal slices (multiples
 // of 4096 elements), each a whole collective of its own (header, statistics,
 // plan, randomness key make_rng_key(seed, seq, slice), the bucket's PlanState

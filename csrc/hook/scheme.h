@@ -46,6 +46,15 @@ class Scheme {
   virtual bool device_local_pass(const Device& d, const void* data, DType dtype, int64_t numel,
                                  float* stats) const = 0;
   virtual std::unique_ptr<Codec> device_codec(const Device& d) const = 0;
+  // False if no plan of a bucket of `numel` elements fits the scheme's wire
+  // budget (mode dynamiq: a partial last super-group is padded to S on the
+  // wire, so for some sizes even the narrowest widths exceed bits * numel).
+  // The driver then sends the bucket exactly (Path::kExactBudget) instead of
+  // planning. Depends only on numel and the config, so every rank agrees.
+  virtual bool fits_budget(int64_t numel) const {
+    (void)numel;
+    return true;
+  }
   // The plan, identical on every rank given identical inputs.
   virtual Plan make_plan(DType dtype, int64_t numel, int num_chunks, int world,
                          const float* global_stats, PlanState& state, PlanInfo& info) const = 0;
@@ -62,7 +71,11 @@ std::unique_ptr<Scheme> make_lossless_scheme(const CollectiveConfig& cfg);
 // Mode "bitsplit": INT2-INT8 bit-split group quantisation (scheme_bitsplit.cc).
 std::unique_ptr<Scheme> make_bitsplit_scheme(const CollectiveConfig& cfg);
 
-// Factory for cfg.mode. Throws Error for a mode this build does not provide.
+// Factory for cfg.mode. Throws Error for a mode this build does not provide
+// and for a config the mode rejects (group sizes, eps, widths, bits, ...):
+// everything that would otherwise fail later, inside planning or a codec, is
+// checked here, so a config it accepts never fails inside a collective for
+// its own sake (the Python binding validate_config calls it).
 std::unique_ptr<Scheme> make_scheme(const CollectiveConfig& cfg);
 
 // True if any element of the bucket is inf or nan.

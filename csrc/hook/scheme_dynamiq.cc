@@ -2,6 +2,10 @@
 // computes per-super-group mean and sum of squares; after the metadata
 // all-reduce every rank runs the same allocator on the same statistics, so
 // all ranks hold the same widths, order, chunks and means.
+#include <cmath>
+#include <cstdio>
+#include <string>
+
 #include "../alloc/dynamiq_layout.h"
 #include "../kernels/dynamiq_codec.h"
 #include "../kernels/dynamiq_stats.h"
@@ -9,6 +13,12 @@
 
 namespace dynamiq {
 namespace {
+
+std::string num(double x) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.6g", x);
+  return b;
+}
 
 DynamiqParams params_from(const CollectiveConfig& cfg) {
   DynamiqParams p;
@@ -30,6 +40,20 @@ class DynamiqScheme final : public Scheme {
     alloc_.widths_mask = cfg.widths_mask;
     alloc_.format = codec_.params().fmt;
     alloc_.solver = cfg.exact_allocator ? AllocSolver::kExact : AllocSolver::kFast;
+    // What the allocator would reject on every bucket, checked once here: the
+    // widths (allowed, and each wider one strictly larger on the wire) and a
+    // budget that fits a whole super-group at the narrowest width. Buckets
+    // whose padded partial last super-group does not fit take the exact path
+    // (fits_budget), which needs a budget that some bucket can meet.
+    const WidthSet ws = dynamiq_width_set(alloc_.widths_mask, alloc_.format);
+    if (!(std::isfinite(cfg.bits) && cfg.bits > 0.0))
+      throw Error("dynamiq: bits must be a finite positive number (budget per coordinate), got " +
+                  num(cfg.bits));
+    if (!dynamiq_budget_feasible(alloc_.format.S, alloc_.bits, alloc_.widths_mask, alloc_.format))
+      throw Error("dynamiq: bits=" + num(cfg.bits) + " is below the " +
+                  num(dynamiq_min_feasible_bits(alloc_.format.S, alloc_.widths_mask, alloc_.format)) +
+                  " bits per coordinate of a super-group at the narrowest allowed width (" +
+                  std::to_string(ws.w[0]) + " bits with its scales); raise bits or allow a narrower width");
   }
   const Codec& codec() const override { return codec_; }
   bool exact() const override { return false; }
@@ -44,6 +68,10 @@ class DynamiqScheme final : public Scheme {
     return d.dynamiq_stats(data, dtype, numel, alloc_.format.S, stats);
   }
   std::unique_ptr<Codec> device_codec(const Device& d) const override { return d.dynamiq_codec(codec_.params()); }
+  bool fits_budget(int64_t numel) const override {
+    // the allocator's own test (dynamiq_allocate throws exactly when it fails)
+    return dynamiq_budget_feasible(numel, alloc_.bits, alloc_.widths_mask, alloc_.format);
+  }
   Plan make_plan(DType dtype, int64_t numel, int num_chunks, int world, const float* global_stats,
                  PlanState& state, PlanInfo& info) const override {
     DQ_CHECK(global_stats != nullptr, "dynamiq: planning needs the all-reduced statistics");

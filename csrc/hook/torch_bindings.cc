@@ -55,6 +55,7 @@ const char* path_name(Path p) {
     case Path::kExactMode: return "exact";
     case Path::kExactTiny: return "exact-tiny";
     case Path::kExactNonfinite: return "exact-nonfinite";
+    case Path::kExactBudget: return "exact-budget";
   }
   return "?";
 }
@@ -242,6 +243,12 @@ PYBIND11_MODULE(_C, m) {
       .def_readwrite("max_collective_bytes", &CollectiveConfig::max_collective_bytes)
       .def("fingerprint", &CollectiveConfig::fingerprint);
 
+  m.def(
+      "validate_config", [](const CollectiveConfig& c) { make_scheme(c); }, py::arg("config"),
+      "Builds the mode's scheme from the config once and discards it: raises DynamiqError for a "
+      "config the C++ codecs or allocator reject (group sizes, eps, widths, bits), so that a config "
+      "that passes never fails inside a collective.");
+
   m.def("all_reduce", &run_all_reduce, py::arg("tensor"), py::arg("group_name"), py::arg("config"),
         py::arg("op"), py::arg("seq"), py::arg("u") = py::none(), py::arg("local_error") = 0,
         py::arg("device") = "cpu",
@@ -289,7 +296,8 @@ PYBIND11_MODULE(_C, m) {
 #endif
   });
   m.def("cpu_isa", [] { return dynamiq_cpu_isa(); },
-        "The vector ISA of the CPU kernels: avx512 or avx2 (env DYNAMIQ_CPU_ISA=avx2 forces AVX2).");
+        "The vector ISA of the CPU kernels: avx512 or avx2 (env DYNAMIQ_CPU_ISA=avx2 forces AVX2), "
+        "generic in a build without AVX2 (the portable scalar kernels).");
   m.def("cpu_threads", [] { return dynamiq_cpu_threads(); },
         "Threads one CPU codec call may use (env DYNAMIQ_CPU_THREADS, default 1).");
   m.def("set_cpu_threads", [](int n) { return dynamiq_set_cpu_threads(n); },

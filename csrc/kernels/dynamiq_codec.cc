@@ -260,8 +260,17 @@ DqRounding make_dynamiq_rounding(const RngCtx& rng) {
 
 namespace {
 
-// -1: not decided yet; 0: AVX2 (or portable); 1: AVX-512.
+// -1: not decided yet; 0: the baseline kernels (AVX2, or the portable scalar
+// ones in a build without AVX2); 1: AVX-512.
 std::atomic<int> g_isa{-1};
+
+// The kernels that run when AVX-512 does not: the #if defined(__AVX2__)
+// paths of this file, or their portable scalar fallbacks.
+#if defined(__AVX2__)
+constexpr const char* kBaselineIsa = "avx2";
+#else
+constexpr const char* kBaselineIsa = "generic";
+#endif
 
 int detect_isa() {
 #if defined(DQ_HAVE_AVX512)
@@ -288,12 +297,15 @@ inline bool cpu_avx512() {
 
 }  // namespace
 
-std::string dynamiq_cpu_isa() { return cpu_avx512() ? "avx512" : "avx2"; }
+std::string dynamiq_cpu_isa() { return cpu_avx512() ? "avx512" : kBaselineIsa; }
 
 std::string dynamiq_set_cpu_isa(const std::string& isa) {
   const std::string before = dynamiq_cpu_isa();
-  if (isa == "avx2") {
+  if (isa == kBaselineIsa) {
     g_isa.store(0);
+  } else if (isa == "avx2" || isa == "generic") {
+    throw Error("dynamiq_set_cpu_isa: this build's baseline kernels are " + std::string(kBaselineIsa) +
+                ", not " + isa);
   } else if (isa == "avx512") {
     g_isa.store(-1);
     DQ_CHECK(detect_isa() == 1, "dynamiq_set_cpu_isa: this CPU or build has no AVX-512 (F/BW/DQ/VL)");
@@ -301,7 +313,7 @@ std::string dynamiq_set_cpu_isa(const std::string& isa) {
   } else if (isa == "auto") {
     g_isa.store(-1);
   } else {
-    throw Error("dynamiq_set_cpu_isa: isa must be avx2, avx512 or auto (got " + isa + ")");
+    throw Error("dynamiq_set_cpu_isa: isa must be avx2, generic, avx512 or auto (got " + isa + ")");
   }
   return before;
 }

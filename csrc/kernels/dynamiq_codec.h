@@ -166,11 +166,15 @@ class DynamiqCodec final : public Codec {
 DqRounding make_dynamiq_rounding(const RngCtx& rng);
 
 // Which vector ISA the CPU kernels use: "avx512" when the CPU has AVX-512
-// F/BW/DQ/VL (and DYNAMIQ_CPU_ISA is not "avx2"), else "avx2" (also reported
-// for the portable build). Outputs are bit-identical either way.
+// F/BW/DQ/VL (and DYNAMIQ_CPU_ISA is not "avx2"), else "avx2" in a build
+// with AVX2 (x86-64-v3 or native on such a CPU), "generic" in the portable
+// build (DYNAMIQ_CPU_ARCH empty, or not x86-64), whose scalar kernels run.
+// Outputs are bit-identical either way.
 std::string dynamiq_cpu_isa();
-// Force "avx2" or "avx512" (throws when unavailable) or go back to "auto"; for
-// tests and A/B benchmarks. Returns the previous ISA. Not for use while kernels run.
+// Force the build's baseline ("avx2", or "generic" in a build without AVX2;
+// the other one throws) or "avx512" (throws when unavailable), or go back to
+// "auto"; for tests and A/B benchmarks. Returns the previous ISA, which it
+// always accepts back. Not for use while kernels run.
 std::string dynamiq_set_cpu_isa(const std::string& isa);
 
 // The CPU kernels' random words of one SG (AVX2 Philox when compiled for it):

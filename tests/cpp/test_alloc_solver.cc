@@ -379,6 +379,38 @@ TEST(AllocBudget, BelowMinimumNamesTheMinimum) {
   EXPECT_DOUBLE_EQ(dynamiq_min_feasible_bits(2560, kMaskAll, {}), 50.0 * 8 / 256);
 }
 
+// dynamiq_budget_feasible is the driver's test for routing a bucket to the
+// exact path before planning (Scheme::fits_budget): it must hold exactly when
+// dynamiq_allocate accepts the budget, also at the boundary (a budget equal to
+// the minimum, one ulp below it) and for partial last super-groups.
+TEST(AllocBudget, FeasibleExactlyWhenAllocateAccepts) {
+  for (uint32_t mask : {kMaskDefault, kMaskAll, M(4) | M(16)})
+    for (int64_t numel : {int64_t(1), int64_t(255), int64_t(256), int64_t(257), int64_t(300), int64_t(4096),
+                          int64_t(4097), int64_t(4096 * 5 + 1), int64_t(12345)}) {
+      const std::vector<float> f(size_t(dynamiq_num_sg(numel, {})), 1.0f);
+      const double lo = dynamiq_min_feasible_bits(numel, mask, {});
+      for (double bits : {lo, std::nextafter(lo, 0.0), std::nextafter(lo, 100.0), 2.6, 5.0, lo * 0.99, lo * 1.01}) {
+        const bool feasible = dynamiq_budget_feasible(numel, bits, mask, {});
+        for (AllocSolver s : {AllocSolver::kExact, AllocSolver::kFast}) {
+          bool accepted = true;
+          try {
+            run(f, numel, bits, mask, s);
+          } catch (const Error& e) {
+            accepted = false;
+            EXPECT_NE(std::string(e.what()).find("below the minimum feasible"), std::string::npos) << e.what();
+          }
+          EXPECT_EQ(accepted, feasible) << "numel=" << numel << " bits=" << bits << " mask=" << mask;
+        }
+      }
+    }
+  // the cases of a partial last SG the driver sends exactly
+  EXPECT_FALSE(dynamiq_budget_feasible(257, 5.0, kMaskDefault, {}));
+  EXPECT_FALSE(dynamiq_budget_feasible(4097, 2.6, kMaskDefault, {}));
+  EXPECT_TRUE(dynamiq_budget_feasible(4096, 2.6, kMaskDefault, {}));
+  EXPECT_TRUE(dynamiq_budget_feasible(0, 1.0, kMaskDefault, {}));
+  EXPECT_THROW(dynamiq_budget_feasible(256, 5.0, M(3), {}), Error);
+}
+
 TEST(AllocBudget, BadParametersThrow) {
   const std::vector<float> f(4, 1.0f);
   for (double bits : {0.0, -1.0, double(NAN), double(INFINITY)}) EXPECT_THROW(run(f, 1024, bits, kMaskDefault, AllocSolver::kFast), Error);

@@ -249,6 +249,111 @@ TEST(Header, ReportedInputErrorAbortsEveryRank) {
   for (auto& e : errors) EXPECT_NE(e.find("1 rank(s) reported unsupported dtype"), std::string::npos) << e;
 }
 
+// Python reports sparse tensors as well as non-contiguous ones with kLayout:
+// the text peers raise must name both.
+TEST(Header, LayoutErrorNamesSparseAndNonContiguous) {
+  InprocWorld world(2, std::chrono::seconds(10));
+  std::vector<std::string> errors(2);
+  world.run([&](int r, Transport& t) {
+    std::vector<float> x(64, 1.f);
+    CallArgs a;
+    a.data = x.data();
+    a.numel = 64;
+    if (r == 0) a.local_error = InputError::kLayout;
+    try {
+      all_reduce(t, CollectiveConfig{}, a);
+    } catch (const Error& e) {
+      errors[size_t(r)] = e.what();
+    }
+  });
+  for (auto& e : errors)
+    EXPECT_NE(e.find("1 rank(s) reported unsupported layout (sparse or non-contiguous)"), std::string::npos) << e;
+}
+
+// A rank whose config make_scheme rejects takes part in the header exchange
+// (reporting an invalid config) instead of raising before it: its peers, with
+// a valid config, raise the common abort at once instead of waiting in the
+// exchange for the transport's timeout, and the offending rank raises
+// make_scheme's own message. The world's timeout (5 s) is what a hang would
+// run into: the test requires every rank to be done well before it.
+TEST(Header, InvalidConfigOnOneRankAbortsEveryRankPromptly) {
+  struct Bad {
+    const char* what;
+    CollectiveConfig cfg;
+    const char* needle;  // in the offending rank's message (make_scheme's)
+  };
+  std::vector<Bad> bads;
+  {
+    CollectiveConfig c;
+    c.mode = Mode::kBitsplit;
+    c.bits = 4;
+    c.group_size = 16;
+    bads.push_back({"bitsplit group_size 16", c, "group_size=16"});
+  }
+  {
+    CollectiveConfig c;
+    c.mode = Mode::kDynamiq;
+    c.eps = {{-1.f, -1.f, -1.f, 5.0f}};
+    bads.push_back({"dynamiq eps 5", c, "eps must be finite and in [0, 4]"});
+  }
+  {
+    CollectiveConfig c;
+    c.mode = Mode::kDynamiq;
+    c.group_size = 1;
+    c.widths_mask = (1u << 8) | (1u << 16);
+    bads.push_back({"dynamiq widths {8, 16} with group_size 1", c, "not larger on the wire"});
+  }
+  const std::string common =
+      "dynamiq all-reduce aborted on every rank: 1 rank(s) reported an invalid config";
+  for (const Bad& bad : bads)
+    for (int n : {2, 3}) {
+      const std::string where = std::string(bad.what) + " n=" + std::to_string(n);
+      const int offender = n - 1;
+      InprocWorld world(n, std::chrono::seconds(5));
+      std::vector<std::string> errors(static_cast<size_t>(n));
+      std::vector<double> secs(static_cast<size_t>(n), 0.0);
+      world.run([&](int r, Transport& t) {
+        CollectiveConfig good;
+        good.mode = Mode::kDynamiq;
+        std::vector<float> x(8192, 1.f);
+        CallArgs a;
+        a.data = x.data();
+        a.numel = int64_t(x.size());
+        const auto t0 = std::chrono::steady_clock::now();
+        try {
+          all_reduce(t, r == offender ? bad.cfg : good, a);
+        } catch (const Error& e) {
+          errors[size_t(r)] = e.what();
+        }
+        secs[size_t(r)] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      });
+      for (int r = 0; r < n; ++r) {
+        EXPECT_LT(secs[size_t(r)], 2.5) << where << " rank " << r << ": " << errors[size_t(r)];
+        if (r == offender) {
+          EXPECT_NE(errors[size_t(r)].find(bad.needle), std::string::npos) << where << ": " << errors[size_t(r)];
+          EXPECT_EQ(errors[size_t(r)].find("aborted on every rank"), std::string::npos) << where;
+        } else {
+          EXPECT_EQ(errors[size_t(r)].rfind(common, 0), 0u) << where << " rank " << r << ": " << errors[size_t(r)];
+        }
+      }
+    }
+  // every rank with the same invalid config: each raises the detailed message
+  InprocWorld world(2, std::chrono::seconds(5));
+  std::vector<std::string> errors(2);
+  world.run([&](int r, Transport& t) {
+    std::vector<float> x(8192, 1.f);
+    CallArgs a;
+    a.data = x.data();
+    a.numel = int64_t(x.size());
+    try {
+      all_reduce(t, bads[0].cfg, a);
+    } catch (const Error& e) {
+      errors[size_t(r)] = e.what();
+    }
+  });
+  for (auto& e : errors) EXPECT_NE(e.find(bads[0].needle), std::string::npos) << e;
+}
+
 TEST(Schedule, EveryMessageHasAMatchingReceiveOfTheSameBlock) {
   // For every topology and world size: the multiset of (src, dst, tag, block)
   // over all sends equals that over all receives.

@@ -702,6 +702,36 @@ TEST(DynamiqKernels, Avx2PhiloxMatchesScalar) {
   }
 }
 
+// dynamiq_cpu_isa() names the kernels that run: "generic" in a build without
+// AVX2 (DYNAMIQ_CPU_ARCH empty, or not x86-64: the #if defined(__AVX2__)
+// kernels are not compiled in and the scalar ones run), "avx2" or "avx512"
+// with it. This file is compiled with the kernels' -march flags, so its
+// __AVX2__ is theirs. dynamiq_set_cpu_isa accepts the build's baseline (and
+// whatever it returned), rejects the other baseline and unknown names.
+TEST(DynamiqKernels, CpuIsaNamesTheKernelsCompiledIn) {
+  const std::string before = dynamiq_set_cpu_isa("auto");
+  const std::string isa = dynamiq_cpu_isa();
+#if defined(__AVX2__)
+  EXPECT_TRUE(isa == "avx2" || isa == "avx512") << isa;
+  EXPECT_EQ(dynamiq_set_cpu_isa("avx2"), isa);
+  EXPECT_EQ(dynamiq_cpu_isa(), "avx2");
+  EXPECT_THROW(dynamiq_set_cpu_isa("generic"), Error);
+  EXPECT_EQ(dynamiq_cpu_isa(), "avx2");
+  EXPECT_EQ(available_cpu_isas().front(), "avx2");
+#else
+  EXPECT_EQ(isa, "generic");
+  EXPECT_THROW(dynamiq_set_cpu_isa("avx2"), Error);
+  EXPECT_THROW(dynamiq_set_cpu_isa("avx512"), Error);  // AVX-512 kernels need an AVX2 build
+  EXPECT_EQ(dynamiq_set_cpu_isa("generic"), "generic");
+  EXPECT_EQ(dynamiq_cpu_isa(), "generic");
+  EXPECT_EQ(available_cpu_isas(), std::vector<std::string>{"generic"});
+#endif
+  EXPECT_THROW(dynamiq_set_cpu_isa("sse4"), Error);
+  EXPECT_EQ(dynamiq_set_cpu_isa(isa), dynamiq_cpu_isa());  // the detected ISA is accepted back
+  EXPECT_EQ(dynamiq_cpu_isa(), isa);
+  dynamiq_set_cpu_isa(before);
+}
+
 }  // namespace
 }  // namespace dynamiq
 

@@ -11,6 +11,7 @@
 #include "hook/executor.h"
 #include "hook/inproc_transport.h"
 #include "hook/schedule.h"
+#include "hook/scheme.h"
 #include "kernels/dynamiq_codec.h"
 #include "test_dynamiq_util.h"
 
@@ -181,6 +182,65 @@ TEST(DynamiqCollective, FullPathEveryWorldSizeOneToSeventeen) {
       EXPECT_LT(e / s, 0.016 * ((n + 1) / 2.0 + 1.0)) << where;
     }
   }
+}
+
+// A bucket whose padded partial last super-group puts even the narrowest plan
+// over the budget (bits=5 on 257 elements: 2 SGs of 82 bytes = 1312 bits >
+// 1285; bits=2.6 on 4097: 17 SGs = 11152 bits > 10652.2) would make the
+// allocator throw mid-training. The driver sees it before planning, from
+// numel and the config alone, and sends the bucket exactly on every rank
+// (path exact-budget, bit-identical to mode none); a size whose plan fits
+// stays compressed.
+TEST(DynamiqCollective, InfeasibleBudgetTakesTheExactPathOnEveryRank) {
+  struct Case {
+    double bits;
+    int64_t numel;
+    Path want;
+  };
+  const Case cases[] = {{5.0, 257, Path::kExactBudget},  {2.6, 4097, Path::kExactBudget},
+                        {5.0, 513, Path::kCompressed},   {5.0, 4097, Path::kCompressed},
+                        {2.6, 4096, Path::kCompressed}};
+  for (int n : {2, 3})
+    for (const Case& c : cases) {
+      const std::string where =
+          "n=" + std::to_string(n) + " bits=" + std::to_string(c.bits) + " numel=" + std::to_string(c.numel);
+      CollectiveConfig cfg;
+      cfg.mode = Mode::kDynamiq;
+      cfg.bits = c.bits;
+      cfg.min_compress_numel = 0;
+      // the driver's decision agrees with the allocator's own test
+      EXPECT_EQ(make_scheme(cfg)->fits_budget(c.numel), c.want == Path::kCompressed) << where;
+      std::vector<std::vector<float>> x(static_cast<size_t>(n)), y;
+      for (int r = 0; r < n; ++r) x[size_t(r)] = gaussian(size_t(c.numel), 500 + uint64_t(r) * 7 + uint64_t(c.numel));
+      y = x;
+      auto run = [&](const CollectiveConfig& conf, std::vector<std::vector<float>>& data) {
+        std::vector<CallStats> st(static_cast<size_t>(n));
+        InprocWorld world(n, std::chrono::seconds(60));
+        world.run([&](int r, Transport& tr) {
+          CallArgs a;
+          a.data = data[size_t(r)].data();
+          a.numel = c.numel;
+          a.seq = 3;
+          st[size_t(r)] = all_reduce(tr, conf, a);
+        });
+        return st;
+      };
+      std::vector<CallStats> st;
+      ASSERT_NO_THROW(st = run(cfg, x)) << where;
+      for (int r = 0; r < n; ++r) EXPECT_EQ(st[size_t(r)].path, c.want) << where << " rank " << r;
+      if (c.want != Path::kExactBudget) {
+        EXPECT_LE(st[0].bits_per_coord, c.bits + 1e-9) << where;
+        continue;
+      }
+      EXPECT_EQ(st[0].bits_per_coord, 32.0) << where;
+      CollectiveConfig none = cfg;
+      none.mode = Mode::kNone;
+      const std::vector<CallStats> sn = run(none, y);
+      EXPECT_EQ(sn[0].path, Path::kExactMode) << where;
+      for (int r = 0; r < n; ++r)
+        for (int64_t i = 0; i < c.numel; ++i)
+          ASSERT_EQ(f32_bits(x[size_t(r)][size_t(i)]), f32_bits(y[0][size_t(i)])) << where << " rank " << r << " i=" << i;
+    }
 }
 
 }  // namespace

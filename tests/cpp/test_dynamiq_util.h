@@ -33,12 +33,14 @@ inline std::vector<float> student_t3(size_t n, uint64_t seed) {
   return x;
 }
 
-// The CPU kernel ISAs this machine can run ("avx2" always: it also names the
-// portable build; "avx512" when the CPU has F/BW/DQ/VL).
+// The CPU kernel ISAs this machine can run: the build's baseline always
+// ("avx2", or "generic" in the portable build), "avx512" when the CPU has
+// F/BW/DQ/VL.
 inline std::vector<std::string> available_cpu_isas() {
-  std::vector<std::string> v{"avx2"};
   const std::string before = dynamiq_set_cpu_isa("auto");
-  if (dynamiq_cpu_isa() == "avx512") v.push_back("avx512");
+  const std::string isa = dynamiq_cpu_isa();
+  std::vector<std::string> v{isa == "avx512" ? std::string("avx2") : isa};
+  if (isa == "avx512") v.push_back("avx512");
   dynamiq_set_cpu_isa(before);
   return v;
 }

@@ -1,0 +1,137 @@
+// make_scheme validates the whole config at construction: every config that
+// would otherwise fail later, inside planning or a codec, in the middle of a
+// collective, throws here instead (the Python Config calls it through the
+// validate_config binding), and each mode's default config is accepted.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "hook/scheme.h"
+
+namespace dynamiq {
+namespace {
+
+CollectiveConfig mode_cfg(Mode m) {
+  CollectiveConfig c;
+  c.mode = m;
+  return c;
+}
+
+void expect_rejected(const CollectiveConfig& c, const std::string& what, const std::string& needle) {
+  try {
+    make_scheme(c);
+    ADD_FAILURE() << what << ": make_scheme accepted it";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << what << ": " << e.what();
+  }
+}
+
+TEST(MakeScheme, AcceptsTheDefaultConfigOfEveryMode) {
+  for (Mode m : {Mode::kNone, Mode::kDynamiq, Mode::kLossless, Mode::kBitsplit})
+    EXPECT_NO_THROW(make_scheme(mode_cfg(m))) << mode_name(m);
+  // and settings at the edges of what the codecs support
+  CollectiveConfig c = mode_cfg(Mode::kDynamiq);
+  c.widths_mask = (1u << 1) | (1u << 2) | (1u << 4) | (1u << 8) | (1u << 16);
+  c.bits = 1.5625;  // width 1 with its scales: 32 + 18 bytes per 256 elements, exactly
+  EXPECT_NO_THROW(make_scheme(c));
+  c = mode_cfg(Mode::kDynamiq);
+  c.bits = 82.0 * 8 / 256;  // the narrowest default width (2) with its scales, exactly
+  EXPECT_NO_THROW(make_scheme(c));
+  c.bits = 16.0;
+  c.supergroup_size = 64;
+  c.group_size = 8;
+  EXPECT_NO_THROW(make_scheme(c));
+  c = mode_cfg(Mode::kBitsplit);
+  for (int b = 2; b <= 8; ++b) {
+    c.bits = b;
+    EXPECT_NO_THROW(make_scheme(c)) << "bitsplit bits=" << b;
+  }
+}
+
+// Widths whose super-groups are not strictly larger on the wire: with one
+// element per group, a width-8 SG carries 256 group scales + a bf16 SG scale
+// + 256 code bytes = 514 bytes, more than a width-16 one (512 raw bf16 bytes).
+// The allocator rejects that set on every bucket; the scheme must reject it
+// when it is built.
+TEST(MakeScheme, DynamiqRejectsWidthsThatDoNotGrowOnTheWire) {
+  CollectiveConfig c = mode_cfg(Mode::kDynamiq);
+  c.group_size = 1;
+  c.widths_mask = (1u << 8) | (1u << 16);
+  expect_rejected(c, "widths {8, 16}, group_size 1", "not larger on the wire");
+  c.widths_mask = 0;
+  expect_rejected(c, "no widths", "no allowed widths");
+  c = mode_cfg(Mode::kDynamiq);
+  c.widths_mask = (1u << 3) | (1u << 4);
+  expect_rejected(c, "width 3", "outside {1, 2, 4, 8, 16}");
+}
+
+TEST(MakeScheme, DynamiqRejectsFormatsAndEpsTheCodecRejects) {
+  CollectiveConfig c = mode_cfg(Mode::kDynamiq);
+  c.supergroup_size = 25;
+  c.group_size = 5;
+  expect_rejected(c, "supergroup 25, group 5", "multiple of 8");
+  c = mode_cfg(Mode::kDynamiq);
+  c.group_size = 24;
+  expect_rejected(c, "group 24", "multiple of group_size");
+  c = mode_cfg(Mode::kDynamiq);
+  c.eps = {{-1.f, -1.f, -1.f, 5.0f}};
+  expect_rejected(c, "eps 5 at width 8", "eps must be finite and in [0, 4]");
+  c.eps = {{-1.f, -1.f, -1.f, 3.0f}};
+  expect_rejected(c, "eps 3 at width 8", "collapse");
+}
+
+// A budget no bucket can meet (a whole super-group at the narrowest width is
+// already over it) or no number at all: the allocator would throw on every
+// bucket; the scheme throws when it is built.
+TEST(MakeScheme, DynamiqRejectsBudgetsNoBucketCanMeet) {
+  CollectiveConfig c = mode_cfg(Mode::kDynamiq);
+  for (double bits : {0.0, -1.0, double(NAN), double(INFINITY)}) {
+    c.bits = bits;
+    expect_rejected(c, "bits " + std::to_string(bits), "bits must be a finite positive number");
+  }
+  c.bits = 2.5;  // below 2.5625, width 2 with its scales
+  expect_rejected(c, "bits 2.5", "2.5625");
+  c.bits = std::nextafter(82.0 * 8 / 256, 0.0);
+  expect_rejected(c, "one ulp below the floor", "below the");
+  c.widths_mask = (1u << 4) | (1u << 8);
+  c.bits = 4.5;  // width 4: 128 + 18 bytes per 256 = 4.5625 bits
+  expect_rejected(c, "bits 4.5, widths {4, 8}", "4.5625");
+  c.widths_mask |= 1u << 1;  // width 1 fits: 32 + 18 bytes per 256 = 1.5625 bits
+  EXPECT_NO_THROW(make_scheme(c));
+}
+
+TEST(MakeScheme, BitsplitAndUnknownModesAreRejected) {
+  CollectiveConfig c = mode_cfg(Mode::kBitsplit);
+  c.group_size = 16;
+  expect_rejected(c, "bitsplit group_size 16", "group_size=16");
+  c = mode_cfg(Mode::kBitsplit);
+  c.bits = 3.5;
+  expect_rejected(c, "bitsplit bits 3.5", "integer width");
+  c = mode_cfg(Mode::kBitsplit);
+  c.spike_reserve = 2;
+  expect_rejected(c, "bitsplit spike_reserve 2", "spike_reserve=2");
+  expect_rejected(mode_cfg(Mode(7)), "mode 7", "not available");
+}
+
+// The exact-budget decision the driver takes before planning: true for every
+// size except those whose padded partial last super-group is over the budget.
+TEST(MakeScheme, FitsBudgetOnlyFailsForOverBudgetPartialSuperGroups) {
+  CollectiveConfig c = mode_cfg(Mode::kDynamiq);
+  const auto s = make_scheme(c);
+  EXPECT_TRUE(s->fits_budget(0));
+  EXPECT_TRUE(s->fits_budget(256));
+  EXPECT_FALSE(s->fits_budget(257));  // 2 SGs of 82 bytes = 1312 bits > 5 * 257
+  EXPECT_TRUE(s->fits_budget(4097));
+  c.bits = 2.6;
+  const auto s26 = make_scheme(c);
+  EXPECT_FALSE(s26->fits_budget(4097));
+  EXPECT_TRUE(s26->fits_budget(4096));
+  for (Mode m : {Mode::kNone, Mode::kLossless, Mode::kBitsplit})
+    for (int64_t numel : {int64_t(1), int64_t(257), int64_t(4097)})
+      EXPECT_TRUE(make_scheme(mode_cfg(m))->fits_budget(numel)) << mode_name(m) << " numel=" << numel;
+}
+
+}  // namespace
+}  // namespace dynamiq
