@@ -27,7 +27,8 @@ def built_with_cuda() -> bool:
 
 
 def cpu_isa() -> str:
-    """Vector ISA the CPU kernels run with: "avx512" (AVX-512 F/BW/DQ/VL present) or "avx2".
+    """Vector ISA the CPU kernels run with: "avx512" (AVX-512 F/BW/DQ/VL present), "avx2",
+    or "generic" (a build without the x86 kernels: the portable loops, as on aarch64).
 
     Chosen once per process; set DYNAMIQ_CPU_ISA=avx2 before the first call to force AVX2.
     Results are bit-identical either way.

@@ -33,15 +33,37 @@ class GroupWorker:
         self._q.put((fn, fut))
         return fut
 
+    def on_worker(self) -> bool:
+        """True on this worker's own thread (where callbacks of its futures run)."""
+        return threading.current_thread() is self._thread
+
     def _loop(self) -> None:
         while True:
             fn, fut = self._q.get()
             try:
                 result = fn()
             except BaseException as e:  # noqa: BLE001 - every failure must reach the Future
-                fut.set_exception(e)
-            else:
+                _fail(fut, e)
+                continue
+            try:
                 fut.set_result(result)
+            except BaseException as e:  # noqa: BLE001 - e.g. a result the Future cannot hold
+                _fail(fut, e)
+
+
+def _fail(fut: torch.futures.Future, e: BaseException) -> None:
+    """Marks `fut` failed with `e`; never lets an exception end the worker.
+
+    torch's Future takes only Exceptions: others (SystemExit, KeyboardInterrupt
+    raised inside a collective's Python code) are wrapped. If the Future cannot
+    be completed at all, the error is dropped rather than the worker, whose
+    death would leave every later collective on the group waiting forever."""
+    if not isinstance(e, Exception):
+        e = RuntimeError(f"dynamiq: collective interrupted by {type(e).__name__}: {e}")
+    try:
+        fut.set_exception(e)
+    except BaseException:  # noqa: BLE001 - already completed: nothing left to tell
+        pass
 
 
 def worker_for(group_name: str) -> GroupWorker:

@@ -163,6 +163,11 @@ def resolve_group(group: Optional[dist.ProcessGroup]) -> Tuple[dist.ProcessGroup
     return own, name
 
 
+def _not_a_member(group: Optional[dist.ProcessGroup]) -> bool:
+    """True on a rank outside `group` (torch's collectives return at once there)."""
+    return group is not None and dist.is_initialized() and group == dist.GroupMember.NON_GROUP_MEMBER
+
+
 def _next_direct_seq(group_name: str) -> int:
     with _seq_lock:
         k = _direct_seq.get(group_name, 0)
@@ -171,15 +176,19 @@ def _next_direct_seq(group_name: str) -> int:
 
 
 def run_collective(tensor: torch.Tensor, group_name: str, config: Config, op: str, seq: int,
-                   u: Optional[tuple] = None) -> dict:
+                   u: Optional[tuple] = None, device: Optional[str] = None) -> dict:
     """Runs one collective synchronously on the calling thread (the group worker).
 
     Validates the tensor; a rank with bad input still takes part in the header
-    exchange so that its peers raise at once instead of timing out.
+    exchange so that its peers raise at once instead of timing out. `device`:
+    where the collective's buffers and header live (`comm_device`, evaluated on
+    the thread that issued the collective: the current CUDA device is per
+    thread); None evaluates it here.
     """
     code, msg = check_tensor(tensor, group_name)
     cpp = config._to_cpp()
-    device = comm_device(tensor if not code else None, group_name)
+    if device is None or (code and tensor.device.type == "cuda"):
+        device = comm_device(tensor if not code else None, group_name)
     if code:
         try:
             _C.all_reduce(None, group_name, cpp, op, seq, None, code, device)
@@ -230,17 +239,29 @@ def all_reduce(tensor: torch.Tensor, config: Optional[Config] = None,
     if op not in ("sum", "mean"):
         raise ValueError(f"dynamiq.all_reduce: op must be 'sum' or 'mean', got {op!r}")
     config = config if config is not None else Config()
+    if not isinstance(config, Config):
+        raise TypeError(f"dynamiq.all_reduce: config must be a dynamiq.Config, got {type(config).__name__}")
+    if _not_a_member(group):
+        return None  # as torch.distributed.all_reduce on a rank outside the group
     _, name = resolve_group(group)
+    worker = worker_for(name)
+    if not async_op and worker.on_worker():
+        # a callback of one of this group's futures (fut.then(...)) runs on the
+        # group's worker: waiting there for a collective queued behind it never ends
+        raise DynamiqError("dynamiq.all_reduce: called with async_op=False from a callback of a dynamiq "
+                           "Future (it runs on dynamiq's worker for this group, which would wait for "
+                           "itself); use async_op=True there, or call from your own thread")
     seq = _next_direct_seq(name)
 
     ev = ready_event(tensor, name)
+    device = comm_device(tensor if not check_tensor(tensor, name)[0] else None, name)
 
     def work():
         wait_ready(tensor, ev)
-        run_collective(tensor, name, config, op, seq)
+        run_collective(tensor, name, config, op, seq, device=device)
         return tensor
 
-    fut = worker_for(name).submit(work, device=tensor.device if ev is not None else None)
+    fut = worker.submit(work, device=tensor.device if ev is not None else None)
     if async_op:
         return fut
     fut.wait()

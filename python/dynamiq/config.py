@@ -62,13 +62,22 @@ class Config:
       spike_reserve: bitsplit: keep each group's min and max exactly. None:
         on for 2 and 3 bits.
       log_scales: bitsplit: integer log2 scales (theta = 10).
+      eps: dynamiq: the spacing parameter of the non-uniform levels
+        f(eps, r) for widths (1, 2, 4, 8); -1 keeps a width's default
+        (None: all defaults, 0.30 at 4 bits and 0.06 at 8).
+      uniform_levels: dynamiq ablation: evenly spaced levels.
+      hierarchical_scales: dynamiq: uint8 group scales under a bf16
+        super-group scale (True, the format); False sends bf16 group scales
+        (ablation).
       block_bytes: wire bytes per pipelined block (sub-chunk). 0 (default)
         picks per path: 1 MiB on the compressed paths, where the kernel of
         block k overlaps the transfer of block k+1, and 4 MiB on the exact
         paths (mode none, fallbacks, metadata), where there is only a sum to
         overlap and Gloo's per-message cost dominates on fast links
         (experiments/RESULTS.md has the sweep).
-      min_compress_numel: buckets with fewer elements take the exact path.
+      min_compress_numel: buckets with fewer elements take the exact path
+        (so does a dynamiq bucket whose last, partial super-group would put
+        even the narrowest plan over the budget: stats path "exact-budget").
       window_bytes: receive buffers posted ahead per collective, and the most
         bytes of sent messages' buffers kept before waiting on the oldest
         send (rank-local; memory, not wire format).
@@ -105,6 +114,9 @@ class Config:
             raise _err("mode", self.mode, ", ".join(MODES))
         if self.topology not in TOPOLOGIES:
             raise _err("topology", self.topology, ", ".join(TOPOLOGIES))
+        for name in ("log_scales", "uniform_levels", "hierarchical_scales"):
+            if not isinstance(getattr(self, name), bool):
+                raise _err(name, getattr(self, name), "True, False")
         if not isinstance(self.seed, int) or isinstance(self.seed, bool) or not 0 <= self.seed < 2**64:
             raise _err("seed", self.seed, "an integer in [0, 2**64)")
         if isinstance(self.bits, bool) or not isinstance(self.bits, (int, float)):
@@ -159,6 +171,16 @@ class Config:
         v = self.max_collective_bytes
         if not (is_int(v) and (v == 0 or (1 << 16) <= v <= (1 << 44))):
             raise _err("max_collective_bytes", v, "0 (never split) or an integer in [65536, 2**44]")
+        # The rest of the rules live in the C++ codecs and allocator (group sizes a
+        # codec supports, eps ranges, widths that grow on the wire): build the mode's
+        # scheme once, so that a Config that passes here never fails inside a collective.
+        from . import _C
+
+        if hasattr(_C, "validate_config"):
+            try:
+                _C.validate_config(self._to_cpp())
+            except _C.DynamiqError as e:
+                raise ConfigError(f"dynamiq.Config: {e}") from None
 
     # -- derived --------------------------------------------------------------
     @property

@@ -142,13 +142,14 @@ def _worker(rank: int, world: int, args: argparse.Namespace, store: str) -> None
     dist.destroy_process_group()
 
 
-def main(argv=None) -> None:
+def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--world", type=int, default=2, help="local worker processes (2-4)")
     p.add_argument("--steps", type=int, default=40)
     p.add_argument("--mode", default="dynamiq", choices=["none", "dynamiq", "lossless", "bitsplit"])
     p.add_argument("--topology", default="ring", choices=["ring", "butterfly", "twostep"])
-    p.add_argument("--bits", type=float, default=5.0, help="dynamiq budget / bitsplit width")
+    p.add_argument("--bits", type=float, default=None,
+                   help="dynamiq budget (default 5.0) / bitsplit width (default 4)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--dim", type=int, default=128)
     p.add_argument("--layers", type=int, default=2)
@@ -160,8 +161,13 @@ def main(argv=None) -> None:
 
     if args.mode not in dynamiq.available_modes():
         p.error(f"mode {args.mode!r} is not available in this build (available: {dynamiq.available_modes()})")
-    if args.mode == "bitsplit" and args.bits == 5.0:
-        args.bits = 4
+    if args.bits is None:
+        args.bits = 4 if args.mode == "bitsplit" else 5.0
+    return args
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
     import torch.multiprocessing as mp
 
     store = os.path.join(tempfile.mkdtemp(prefix="dynamiq-demo-"), "store")

@@ -6,7 +6,8 @@ import torch
 import torch.distributed as dist
 
 from ._worker import worker_for
-from .api import DIRECT_SEQ_BASE, DynamiqError, ready_event, resolve_group, run_collective, wait_ready
+from .api import (DIRECT_SEQ_BASE, DynamiqError, check_tensor, comm_device, ready_event, resolve_group,
+                  run_collective, wait_ready)
 from .config import Config
 
 _STATE_VERSION = 1
@@ -47,7 +48,7 @@ class HookState:
     `block_bytes` trades pipelining depth against per-message overhead.
     """
 
-    __slots__ = ("config", "process_group", "group_name", "world_size", "step", "seq", "alloc_u",
+    __slots__ = ("_config", "process_group", "group_name", "world_size", "step", "seq", "alloc_u",
                  "last_step_stats", "_current", "totals")
 
     def __init__(self, config: Config, process_group: dist.ProcessGroup, group_name: str) -> None:
@@ -61,6 +62,16 @@ class HookState:
         self.last_step_stats: List[dict] = []
         self._current: List[dict] = []
         self.totals: Dict[str, Any] = {"bytes_sent": 0, "buckets": 0, "paths": {}}
+
+    @property
+    def config(self) -> Config:
+        return self._config
+
+    @config.setter
+    def config(self, config: Config) -> None:
+        if not isinstance(config, Config):
+            raise TypeError(f"dynamiq: HookState.config must be a dynamiq.Config, got {type(config).__name__}")
+        self._config = config
 
     # -- checkpointing ---------------------------------------------------------------
     def state_dict(self) -> dict:
@@ -104,13 +115,14 @@ def _hook(state: HookState, bucket: dist.GradBucket) -> torch.futures.Future[tor
     name = state.group_name
 
     ev = ready_event(buf, name)
+    device = comm_device(buf if not check_tensor(buf, name)[0] else None, name)  # on the caller's thread
 
     def work():
         result = buf
         try:
             wait_ready(buf, ev)
             if buf.layout == torch.strided:
-                stats = run_collective(buf, name, config, "mean", seq, u)
+                stats = run_collective(buf, name, config, "mean", seq, u, device=device)
             else:
                 result, stats = _sparse_mean(buf, state.process_group)
             state._record(index, stats, is_last)

@@ -171,3 +171,23 @@ def test_simulate_does_not_modify_inputs_and_reports_bytes():
     for s in stats:
         expected = 2 * 4 / 5 * 10_000 * 4
         assert abs(s["bytes_sent"] - expected) <= 2 * 4 * 256 * 4
+
+
+@pytest.mark.parametrize("numel,bits,world", [(257, 5.0, 2), (257, 5.0, 3), (4097, 2.6, 2), (4097, 2.72, 3)])
+def test_dynamiq_bucket_over_budget_takes_the_exact_path(numel, bits, world):
+    # A partial last super-group travels padded to S, so on small buckets even the
+    # narrowest plan can exceed the budget (257 elements at 5 bits, 4097 at 2.6):
+    # the allocator would throw mid-training for some bucket sizes only. Such a
+    # bucket is summed exactly instead (every rank decides alike from numel and
+    # the config), and a bucket that fits stays compressed.
+    cfg = dynamiq.Config(mode="dynamiq", bits=bits, min_compress_numel=0)
+    g = torch.Generator().manual_seed(numel)
+    xs = [torch.randn(numel, generator=g) for _ in range(world)]
+    ref = dynamiq.simulate(xs, dynamiq.Config(mode="none"))
+    out, stats = dynamiq.simulate(xs, cfg, return_stats=True)
+    for r in range(world):
+        assert stats[r]["path"] == "exact-budget"
+        assert torch.equal(out[r], ref[r])
+    fits = [torch.randn(numel - 1 + 256 * 8, generator=g) for _ in range(world)]
+    _, st = dynamiq.simulate(fits, cfg.replace(bits=5.0), return_stats=True)
+    assert st[0]["path"] == "compressed"

@@ -39,7 +39,11 @@ def _run(tmp_path, name, env_isa):
 
 
 def test_cpu_isa_is_reported():
-    assert dynamiq.cpu_isa() in ("avx2", "avx512")
+    # x86 builds compile the AVX2 kernels (x86-64-v3, checked at import); other
+    # hosts get the portable ones
+    import platform
+    x86 = platform.machine() in ("x86_64", "AMD64")
+    assert dynamiq.cpu_isa() in (("avx2", "avx512") if x86 else ("generic",))
 
 
 def test_avx512_and_avx2_kernels_give_identical_all_reduce_results(tmp_path):

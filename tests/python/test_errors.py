@@ -174,3 +174,109 @@ def test_not_initialized():
 def test_group_device_types_from_backend_string(backend, devices):
     from dynamiq.api import _devices_of
     assert _devices_of(backend) == frozenset(devices)
+
+
+def test_config_validation_catches_what_the_codecs_reject():
+    # Rules that live in the C++ codecs and allocator: a Config that passes
+    # construction must never fail inside a collective (on one rank only, when
+    # ranks disagree, it would also have left its peers waiting in the header).
+    cases = [
+        dict(mode="bitsplit", bits=4, group_size=16),          # bitsplit groups: multiples of 32
+        dict(mode="dynamiq", group_size=5, supergroup_size=25),  # S a multiple of 8
+        dict(mode="dynamiq", eps=(-1, -1, -1, 5.0)),            # eps outside the codec's range
+        dict(mode="dynamiq", widths=(8, 16), group_size=1),     # a width-16 super-group not larger on the wire
+    ]
+    for kw in cases:
+        with pytest.raises(dynamiq.ConfigError):
+            dynamiq.Config(**kw)
+    for name, bad in (("log_scales", "yes"), ("hierarchical_scales", None), ("uniform_levels", 1)):
+        with pytest.raises(dynamiq.ConfigError, match=name):
+            dynamiq.Config(**{name: bad})
+    for mode in ("none", "dynamiq", "lossless", "bitsplit"):  # the defaults stay valid
+        dynamiq.Config(mode=mode)
+    dynamiq.Config(mode="bitsplit", bits=4, group_size=64)
+
+
+def test_config_argument_type_checked():
+    with pytest.raises(TypeError, match="dynamiq.Config"):
+        dynamiq.all_reduce(torch.ones(3), {"mode": "none"})
+
+
+def _wait_done(fut, seconds):
+    deadline = time.monotonic() + seconds
+    while not fut.done() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return fut.done()
+
+
+def test_worker_survives_a_base_exception():
+    # A collective's Python code interrupted by a non-Exception (SystemExit,
+    # KeyboardInterrupt) must fail its Future and leave the group's worker alive:
+    # torch's Future takes only Exceptions, and a dead worker would leave every
+    # later collective on the group waiting forever.
+    from dynamiq._worker import GroupWorker
+
+    w = GroupWorker("test-worker-survives")
+
+    def interrupted():
+        raise SystemExit(3)
+
+    f1 = w.submit(interrupted)
+    f2 = w.submit(lambda: 42)
+    assert _wait_done(f1, 10) and _wait_done(f2, 10), "the worker died"
+    with pytest.raises(RuntimeError, match="SystemExit"):
+        f1.wait()
+    assert f2.wait() == 42
+
+
+def _reentrant(rank, world):
+    x = torch.ones(8)
+    fut = dynamiq.all_reduce(x, dynamiq.Config(mode="none"), async_op=True)
+    # a synchronous all_reduce inside a callback (which runs on dynamiq's worker)
+    chained = fut.then(lambda f: dynamiq.all_reduce(torch.ones(4), dynamiq.Config(mode="none")))
+    assert _wait_done(chained, 20), "the callback's all_reduce waits for its own worker"
+    try:
+        chained.wait()
+        err = ""
+    except Exception as e:  # noqa: BLE001
+        err = str(e)
+    # async_op=True from a callback is fine, and the group keeps working
+    inner = []
+    chained2 = fut.then(lambda f: inner.append(dynamiq.all_reduce(torch.ones(4), dynamiq.Config(mode="none"),
+                                                                  async_op=True)))
+    assert _wait_done(chained2, 20)
+    assert _wait_done(inner[0], 20) and torch.equal(inner[0].wait(), torch.full((4,), float(world)))
+    y = torch.ones(4)
+    dynamiq.all_reduce(y, dynamiq.Config(mode="none"))
+    return err, y
+
+
+def test_synchronous_all_reduce_from_a_callback_raises_instead_of_hanging():
+    res = run_ranks(_reentrant, 2, timeout=120, pg_timeout=30)
+    for err, y in res:
+        assert "from a callback" in err, err
+        assert torch.equal(y, torch.full((4,), 2.0))
+
+
+def _non_member(rank, world):
+    g = dist.new_group([0, 1])
+    x = torch.full((100,), float(10 ** rank))
+    out = dynamiq.all_reduce(x, dynamiq.Config(mode="none"), group=g)
+    return out, x
+
+
+def test_all_reduce_on_a_rank_outside_the_group_returns_like_torch():
+    res = run_ranks(_non_member, 3, timeout=120, pg_timeout=30)
+    for out, _ in res:
+        assert out is None
+    assert torch.equal(res[0][1], torch.full((100,), 11.0)) and torch.equal(res[1][1], torch.full((100,), 11.0))
+    assert torch.equal(res[2][1], torch.full((100,), 100.0))  # rank 2 untouched
+
+
+def test_demo_bits_default_depends_on_mode_and_explicit_bits_are_kept():
+    from dynamiq.demo import parse_args
+
+    assert parse_args([]).bits == 5.0
+    assert parse_args(["--mode", "bitsplit"]).bits == 4
+    assert parse_args(["--mode", "bitsplit", "--bits", "5"]).bits == 5  # was silently 4
+    assert parse_args(["--bits", "3.5"]).bits == 3.5
