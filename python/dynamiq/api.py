@@ -187,7 +187,7 @@ def run_collective(tensor: torch.Tensor, group_name: str, config: Config, op: st
     """
     code, msg = check_tensor(tensor, group_name)
     cpp = config._to_cpp()
-    if device is None or (code and tensor.device.type == "cuda"):
+    if device is None:
         device = comm_device(tensor if not code else None, group_name)
     if code:
         try:
