@@ -86,6 +86,10 @@ def test_mismatched_config_same_error_everywhere():
 
 def _peer_dies(rank, world):
     x = torch.randn(16 << 20)  # 64 MB: the collective takes a while
+    # A first call makes dynamiq's own process group on both ranks, so that rank 1
+    # dies inside a collective and not (on a slow machine) while the group is
+    # still being connected, which Gloo bounds by its own connect timeouts.
+    dynamiq.all_reduce(torch.ones(4), dynamiq.Config(mode="none"))
     if rank == 1:
         threading.Timer(0.05, lambda: os._exit(3)).start()
         dynamiq.all_reduce(x, dynamiq.Config(mode="none"))
