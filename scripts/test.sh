@@ -29,6 +29,7 @@ stage "C++ (GoogleTest, torch-free; CUDA kernels compiled when nvcc is found, GP
 cmake -S . -B build/cpp -G Ninja -DDYNAMIQ_BUILD_PYTHON=OFF -DDYNAMIQ_BUILD_TESTS=ON \
   -DDYNAMIQ_BUILD_BENCHMARKS=ON -DDYNAMIQ_CUDA=AUTO >build/cpp-configure.log 2>&1 \
   || { cat build/cpp-configure.log; exit 1; }
+grep "dynamiq: CUDA kernels" build/cpp-configure.log || true  # ON: nvcc compiles the CUDA code in this run
 ninja -C build/cpp -j "$JOBS" >build/cpp-build.log 2>&1 || { tail -60 build/cpp-build.log; exit 1; }
 stage "C++ tests, then again with codec calls split over 2 threads (DYNAMIQ_CPU_THREADS=2; results must not change);
    beside them: the CUDA kernels and GPU tests on the CPU emulation of CUDA (threads of a block in index order)"
