@@ -274,6 +274,29 @@ Program make_program(Topology t, int rank, int world, const BlockTable& bt) {
   DQ_CHECK(rank >= 0 && rank < world, "rank out of range");
   Builder b(bt);
   DQ_CHECK(b.C == topology_chunks(t, world), "block table has the wrong number of chunks");
+  // Tags must fit in 30 bits. Checked here for the largest tag any rank of
+  // the program uses, so that every rank raises the same error (a check per op
+  // alone would stop only the ranks that use the largest tags, and the others
+  // would wait for them until the timeout).
+  const int64_t C = b.C, B = b.B;
+  int64_t tag_space = 1;  // one past the largest tag of any rank
+  if (world > 1) {
+    switch (t) {
+      case Topology::kRing: tag_space = int64_t(2) * (world - 1) * C * B; break;
+      case Topology::kButterfly: {
+        int k = 0;
+        while ((int64_t(1) << k) < C) ++k;
+        tag_space = (2 * int64_t(k) + 2) * C * B;
+        break;
+      }
+      case Topology::kTwoStep: tag_space = 2 * B * int64_t(world); break;
+    }
+  }
+  DQ_CHECK(tag_space <= (int64_t(1) << 30),
+           "schedule tag space exhausted: " + std::to_string(C) + " chunks x " + std::to_string(B) +
+               " blocks per chunk on " + std::to_string(world) +
+               " ranks need too many message tags; use larger blocks (block_bytes) or smaller "
+               "collectives (max_collective_bytes)");
   switch (t) {
     case Topology::kRing: ring(b, rank, world); break;
     case Topology::kButterfly: butterfly(b, rank, world); break;
