@@ -1,6 +1,8 @@
 #include "collective.h"
 
 #include <chrono>
+#include <cstring>
+#include <exception>
 #include <sstream>
 #include <vector>
 
@@ -22,6 +24,7 @@ const char* input_error_name(int e) {
     case InputError::kDevice: return "tensor on an unsupported device";
     case InputError::kOther: return "invalid input";
     case InputError::kConfig: return "an invalid config";
+    case InputError::kLocalPass: return "a failure in its local pass (statistics of the bucket)";
     default: return "?";
   }
 }
@@ -44,9 +47,9 @@ struct Header {
 
 // `local_error`: this rank's input report; `config_error`: make_scheme
 // rejected this rank's config (reported as InputError::kConfig, also next to
-// an input error).
+// an input error); `pass_error`: its local pass threw (InputError::kLocalPass).
 Header exchange_header(Transport& tr, const std::vector<Field>& fields, bool nonfinite,
-                       InputError local_error, bool config_error) {
+                       InputError local_error, bool config_error, bool pass_error) {
   const int n = tr.size();
   std::vector<int64_t> h(kHeaderFixed + fields.size() * kPieces * 2, 0);
   h[0] = 1;
@@ -57,6 +60,7 @@ Header exchange_header(Transport& tr, const std::vector<Field>& fields, bool non
     h[2 + size_t(e > 0 && e < kNumInputErrors ? e : int(InputError::kOther))] = 1;
   }
   if (config_error) h[2 + size_t(InputError::kConfig)] = 1;
+  if (pass_error) h[2 + size_t(InputError::kLocalPass)] = 1;
   for (size_t f = 0; f < fields.size(); ++f)
     for (int p = 0; p < kPieces; ++p) {
       int64_t v = int64_t((fields[f].value >> (16 * p)) & 0xffffu);
@@ -144,8 +148,14 @@ void all_reduce_exact_f32(Transport& tr, Topology topo, float* data, int64_t cou
   auto release = [&mem](void* p) { mem.release(p); };
   std::unique_ptr<void, decltype(release)> d(mem.allocate(bytes), release);
   mem.from_host(d.get(), data, bytes);
-  ExecStats es = run_exact(tr, topo, d.get(), DType::kF32, count, ReduceOp::kSum, block_bytes,
-                           window_bytes, nullptr, device);
+  ExecStats es;
+  try {
+    es = run_exact(tr, topo, d.get(), DType::kF32, count, ReduceOp::kSum, block_bytes, window_bytes,
+                   nullptr, device);
+  } catch (...) {
+    keep_forever(std::shared_ptr<void>(d.release(), [](void*) {}));  // receives may still write there
+    throw;
+  }
   mem.to_host(data, d.get(), bytes);
   if (bytes_sent) *bytes_sent += es.bytes_sent;
 }
@@ -155,6 +165,50 @@ Topology metadata_topology(Topology data_topology, int world) {
 }
 
 namespace {
+
+uint64_t mix64(uint64_t x) {
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ull;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+// 0 for no state (the first step, modes without one); else a hash of u and step.
+uint64_t plan_state_fingerprint(const PlanState* ps) {
+  if (ps == nullptr || !ps->has_u) return 0;
+  uint64_t u = 0, step = 0;
+  std::memcpy(&u, &ps->u, sizeof u);
+  std::memcpy(&step, &ps->step, sizeof step);
+  return mix64(mix64(u) ^ step) | 1u;
+}
+
+// Parks the statistics vector and the bucket's owner (keep_forever) when the
+// collective unwinds with an exception: receives of the metadata all-reduce
+// and the exact paths' final receives point into them, and the backend may
+// still write there (a peer that had not seen the failure yet sends on).
+class ParkOnFailure {
+ public:
+  ParkOnFailure(std::vector<float>& stats, const std::shared_ptr<void>& owner)
+      : stats_(stats), owner_(owner), exceptions_(std::uncaught_exceptions()) {}
+  ParkOnFailure(const ParkOnFailure&) = delete;
+  ParkOnFailure& operator=(const ParkOnFailure&) = delete;
+  ~ParkOnFailure() {
+    if (std::uncaught_exceptions() <= exceptions_) return;
+    try {
+      // moving a vector keeps its heap buffer: the parked vector owns the same memory
+      keep_forever(std::make_shared<std::vector<float>>(std::move(stats_)));
+      keep_forever(owner_);
+    } catch (...) {  // out of memory while unwinding: leak instead
+      new std::vector<float>(std::move(stats_));
+    }
+  }
+
+ private:
+  std::vector<float>& stats_;
+  std::shared_ptr<void> owner_;
+  const int exceptions_;
+};
 
 CallStats all_reduce_one(Transport& tr, const CollectiveConfig& cfg, const CallArgs& a, uint32_t slice) {
   const auto t_start = Clock::now();
@@ -177,14 +231,21 @@ CallStats all_reduce_one(Transport& tr, const CollectiveConfig& cfg, const CallA
   }
   const bool ok_config = config_error.empty();
 
-  // 1. local pass
+  // 1. local pass. A failure here (a device allocation or kernel error, an
+  // exhausted host) is reported in the header exchange too, so that the peers
+  // raise with this rank instead of waiting for it in the exchange.
   auto t0 = Clock::now();
   std::vector<float> stats;
   bool nonfinite = false;
+  std::exception_ptr pass_error;
   if (ok_input && ok_config && cfg.mode != Mode::kNone) {
-    stats.resize(size_t(scheme->stats_count(a.dtype, a.numel)));
-    nonfinite = a.device ? scheme->device_local_pass(*a.device, a.data, a.dtype, a.numel, stats.data())
-                         : scheme->local_pass(a.data, a.dtype, a.numel, stats.data());
+    try {
+      stats.resize(size_t(scheme->stats_count(a.dtype, a.numel)));
+      nonfinite = a.device ? scheme->device_local_pass(*a.device, a.data, a.dtype, a.numel, stats.data())
+                           : scheme->local_pass(a.data, a.dtype, a.numel, stats.data());
+    } catch (...) {
+      pass_error = std::current_exception();
+    }
   }
   cs.t_local = secs(t0, Clock::now());
 
@@ -200,12 +261,18 @@ CallStats all_reduce_one(Transport& tr, const CollectiveConfig& cfg, const CallA
       {"slice of the bucket", uint64_t(slice)},
       {"config fingerprint (bits, seed, widths, rounding, group sizes, block size)",
        cfg.fingerprint()},
+      // every rank plans from its own copy: a copy restored on some ranks only
+      // would give other widths, so other message sizes, on those ranks
+      {"allocator state (the fast rule's carried offset u)", plan_state_fingerprint(a.plan_state)},
   };
-  Header hdr = exchange_header(tr, fields, nonfinite, a.local_error, !ok_config);
+  Header hdr = exchange_header(tr, fields, nonfinite, a.local_error, !ok_config, pass_error != nullptr);
   cs.t_header = secs(t0, Clock::now());
   if (!ok_config) throw Error(config_error);  // the detailed error; peers raise hdr.error
+  if (pass_error) std::rethrow_exception(pass_error);
   if (!hdr.error.empty()) throw Error(hdr.error);
   if (!ok_input) throw Error("dynamiq all-reduce: local input rejected");
+  // From here on receives may be posted into `stats` and the bucket.
+  const ParkOnFailure park(stats, a.keep_alive);
 
   const int64_t min_numel = std::max<int64_t>(cfg.min_compress_numel, cfg.supergroup_size);
   Path path = Path::kCompressed;

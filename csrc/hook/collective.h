@@ -10,6 +10,7 @@
 //      final values (bias added back, divided for mean) into the bucket.
 #pragma once
 
+#include <memory>
 #include <string>
 
 #include "config.h"
@@ -36,8 +37,9 @@ enum class InputError : int32_t {
   kDevice = 3,
   kOther = 4,
   kConfig = 5,   // make_scheme rejected this rank's config (set by the driver itself)
+  kLocalPass = 6,  // the local pass (statistics, non-finite scan) failed on this rank (set by the driver)
 };
-constexpr int kNumInputErrors = 6;
+constexpr int kNumInputErrors = 7;
 
 struct CallArgs {
   void* data = nullptr;
@@ -51,6 +53,11 @@ struct CallArgs {
   // metadata and exact all-reduces and the codec run there (buffers in its
   // memory); the header exchange, allocator and plan stay on the host.
   const Device* device = nullptr;
+  // Optional owner of `data` (a tensor). After a failure the backend may still
+  // write into receives posted into `data` (exact paths receive the result
+  // there); the driver then keeps this owner alive until the process exits
+  // (see keep_forever) instead of letting the memory be freed and reused.
+  std::shared_ptr<void> keep_alive;
 };
 
 struct CallStats {

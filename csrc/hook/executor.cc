@@ -157,27 +157,32 @@ struct PostedRecv {
 // written by the backend later). Park them forever rather than free memory a
 // backend might still write; the process group is unusable after a failure.
 void park_on_failure(const Memory& memory, std::deque<PostedRecv>& recvs, std::vector<PendingSend>& sends) {
-  static std::mutex mu;
-  static std::vector<std::shared_ptr<void>>* graveyard = new std::vector<std::shared_ptr<void>>();
-  std::lock_guard<std::mutex> lk(mu);
   for (auto& r : recvs) {
-    graveyard->push_back(std::shared_ptr<void>(r.req.release(), [](void*) {}));
-    if (r.dreq) graveyard->push_back(std::shared_ptr<void>(r.dreq.release(), [](void*) {}));
-    graveyard->push_back(r.buf);
+    keep_forever(std::shared_ptr<void>(r.req.release(), [](void*) {}));
+    if (r.dreq) keep_forever(std::shared_ptr<void>(r.dreq.release(), [](void*) {}));
+    keep_forever(r.buf);
   }
   for (auto& s : sends) {
-    graveyard->push_back(std::shared_ptr<void>(s.req.release(), [](void*) {}));
-    graveyard->push_back(s.buf);
+    keep_forever(std::shared_ptr<void>(s.req.release(), [](void*) {}));
+    keep_forever(s.buf);
   }
   recvs.clear();
   sends.clear();
   // Buffers returned to the pool later must not be reused or freed either:
   // park this thread's pool (kept reachable, never freed) and start a new one.
-  graveyard->push_back(std::shared_ptr<void>(thread_pool_slot(memory).release(), [](void*) {}));
+  keep_forever(std::shared_ptr<void>(thread_pool_slot(memory).release(), [](void*) {}));
   thread_pool_slot(memory) = std::make_unique<BufferPool>(memory);
 }
 
 }  // namespace
+
+void keep_forever(std::shared_ptr<void> p) {
+  if (!p) return;
+  static std::mutex mu;
+  static auto* graveyard = new std::vector<std::shared_ptr<void>>();  // never freed
+  std::lock_guard<std::mutex> lk(mu);
+  graveyard->push_back(std::move(p));
+}
 
 size_t executor_pool_bytes(const Memory* memory) {
   return thread_pool_slot(memory ? *memory : host_memory()).get()->bytes();

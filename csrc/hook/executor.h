@@ -5,6 +5,8 @@
 // runs on block k and the send of block k-1 drains.
 #pragma once
 
+#include <memory>
+
 #include "../kernels/codec.h"
 #include "schedule.h"
 #include "transport.h"
@@ -39,5 +41,12 @@ void execute(Transport& tr, const Codec& codec, const Plan& plan, const BlockTab
 // Bytes of message buffers the calling thread's pool for `memory` (null: host)
 // holds now: kept for reuse plus in use. See BufferPool in executor.cc.
 size_t executor_pool_bytes(const Memory* memory = nullptr);
+
+// Keeps `p` alive until the process exits. After a failed collective the
+// backend may still write into receives posted earlier (Gloo writes a posted
+// receive whenever its message arrives, waited on or not), so memory they
+// point at must never be freed or reused: execute() parks its own buffers and
+// requests; callers park what they own that a receive may point at.
+void keep_forever(std::shared_ptr<void> p);
 
 }  // namespace dynamiq

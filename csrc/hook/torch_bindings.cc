@@ -129,6 +129,8 @@ py::dict run_all_reduce(std::optional<at::Tensor> tensor, const std::string& gro
     a.data = tensor->data_ptr();
     a.dtype = to_dtype(*tensor);
     a.numel = tensor->numel();
+    // kept alive for ever if the collective fails (receives may still write into it)
+    a.keep_alive = std::make_shared<at::Tensor>(*tensor);
   }
   CallStats s;
   bool ordered = false, one_part = false;

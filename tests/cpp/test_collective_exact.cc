@@ -3,7 +3,12 @@
 // every rank, bit-identical across ranks.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
+#include <condition_variable>
+#include <functional>
+#include <mutex>
+#include <new>
 #include <random>
 #include <set>
 #include <vector>
@@ -12,6 +17,7 @@
 #include "hook/executor.h"
 #include "hook/inproc_transport.h"
 #include "hook/schedule.h"
+#include "kernels/device.h"
 #include "kernels/float_bits.h"
 #include "kernels/identity_codec.h"
 
@@ -214,6 +220,50 @@ TEST(Header, MismatchedConfigRaisesSameErrorOnEveryRank) {
   }
 }
 
+// The fast allocator's carried offset u is part of the header: a rank whose
+// copy differs (a checkpoint restored on some ranks only) would plan other
+// widths, so other message sizes, and decode garbage or wait; instead every
+// rank raises the same error naming the allocator state.
+TEST(Header, DisagreeingAllocatorStateRaisesOnEveryRank) {
+  const int n = 3;
+  for (int variant = 0; variant < 2; ++variant) {
+    InprocWorld world(n, std::chrono::seconds(10));
+    std::vector<std::string> errors(n);
+    std::vector<PlanState> after_first(n);
+    world.run([&](int r, Transport& t) {
+      CollectiveConfig c;
+      c.mode = Mode::kDynamiq;
+      std::mt19937 g(7 + unsigned(r));
+      std::normal_distribution<float> d;
+      std::vector<float> x(8192);
+      for (auto& e : x) e = d(g);
+      PlanState ps;
+      CallArgs a;
+      a.data = x.data();
+      a.numel = int64_t(x.size());
+      a.plan_state = &ps;
+      all_reduce(t, c, a);  // the same state on every rank afterwards
+      after_first[size_t(r)] = ps;
+      if (r == 1) {
+        if (variant == 0) ps.u += 0.25;  // a different offset
+        else ps = PlanState{};           // no state: a restore that missed this rank
+      }
+      try {
+        all_reduce(t, c, a);
+      } catch (const Error& e) {
+        errors[size_t(r)] = e.what();
+      }
+    });
+    for (int r = 0; r < n; ++r) {
+      EXPECT_TRUE(after_first[size_t(r)].has_u);
+      EXPECT_EQ(after_first[size_t(r)].u, after_first[0].u);
+      EXPECT_NE(errors[size_t(r)].find("ranks disagree on allocator state"), std::string::npos)
+          << "variant " << variant << " rank " << r << ": " << errors[size_t(r)];
+      EXPECT_EQ(errors[size_t(r)], errors[0]);
+    }
+  }
+}
+
 TEST(Header, MismatchedNumelNamesTheField) {
   InprocWorld world(2, std::chrono::seconds(10));
   std::vector<std::string> errors(2);
@@ -352,6 +402,183 @@ TEST(Header, InvalidConfigOnOneRankAbortsEveryRankPromptly) {
     }
   });
   for (auto& e : errors) EXPECT_NE(e.find(bads[0].needle), std::string::npos) << e;
+}
+
+// A rank whose local pass fails (on a GPU: an out-of-memory cudaMalloc or a
+// sticky CUDA error in the statistics kernel) still takes part in the header
+// exchange: its peers raise the common abort at once instead of waiting in
+// the exchange (on NCCL, until the watchdog kills the process), and that rank
+// raises its own exception, type kept. The failure is injected through a
+// Device whose statistics throw; the other ranks run on the host.
+class FailingStatsDevice final : public Device {
+ public:
+  explicit FailingStatsDevice(bool bad_alloc) : bad_alloc_(bad_alloc) {}
+  std::string name() const override { return "failing-stats"; }
+  const Memory& memory() const override { return host_memory(); }
+  bool dynamiq_stats(const void*, DType, int64_t, int32_t, float*) const override {
+    if (bad_alloc_) throw std::bad_alloc();
+    throw Error("injected: statistics kernel failed");
+  }
+  bool has_nonfinite(const void*, DType, int64_t) const override { return false; }
+  std::unique_ptr<Codec> identity_codec() const override { return nullptr; }
+  std::unique_ptr<Codec> dynamiq_codec(const DynamiqParams&) const override { return nullptr; }
+  std::unique_ptr<Codec> bitsplit_codec(const BitsplitParams&) const override { return nullptr; }
+  std::unique_ptr<Codec> lossless_codec(const LosslessOptions&) const override { return nullptr; }
+
+ private:
+  bool bad_alloc_;
+};
+
+TEST(Header, LocalPassFailureOnOneRankAbortsEveryRankPromptly) {
+  const std::string common =
+      "dynamiq all-reduce aborted on every rank: 1 rank(s) reported a failure in its local pass";
+  for (bool bad_alloc : {false, true})
+    for (int n : {2, 3}) {
+      const std::string where = std::string(bad_alloc ? "bad_alloc" : "Error") + " n=" + std::to_string(n);
+      const int offender = n - 1;
+      const FailingStatsDevice failing(bad_alloc);
+      InprocWorld world(n, std::chrono::seconds(5));
+      std::vector<std::string> errors(static_cast<size_t>(n));
+      std::vector<double> secs(static_cast<size_t>(n), 0.0);
+      world.run([&](int r, Transport& t) {
+        CollectiveConfig cfg;
+        cfg.mode = Mode::kDynamiq;
+        std::vector<float> x(8192, 1.f);
+        CallArgs a;
+        a.data = x.data();
+        a.numel = int64_t(x.size());
+        if (r == offender) a.device = &failing;
+        const auto t0 = std::chrono::steady_clock::now();
+        try {
+          all_reduce(t, cfg, a);
+        } catch (const std::bad_alloc&) {
+          errors[size_t(r)] = "std::bad_alloc";
+        } catch (const Error& e) {
+          errors[size_t(r)] = e.what();
+        }
+        secs[size_t(r)] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      });
+      for (int r = 0; r < n; ++r) {
+        EXPECT_LT(secs[size_t(r)], 2.5) << where << " rank " << r << ": " << errors[size_t(r)];
+        if (r == offender)
+          EXPECT_EQ(errors[size_t(r)], bad_alloc ? "std::bad_alloc" : "injected: statistics kernel failed") << where;
+        else
+          EXPECT_EQ(errors[size_t(r)].rfind(common, 0), 0u) << where << " rank " << r << ": " << errors[size_t(r)];
+      }
+    }
+}
+
+// Message tags must fit in 30 bits. Every rank must reach the same verdict
+// for a program: a check only on the tags a rank itself uses stopped the ranks
+// with the largest tags and left the others waiting for them. Ring of 512
+// ranks: 2 * 511 * 512 * B tags, within 2^30 for B = 2052, not for B = 2053.
+// Only the last block of each chunk is non-empty, to keep the programs small.
+TEST(Schedule, TagSpaceVerdictIsTheSameOnEveryRank) {
+  auto table = [](int C, int B) {
+    BlockTable bt;
+    bt.blocks_per_chunk = B;
+    bt.blocks.resize(size_t(C) * size_t(B));
+    for (int c = 0; c < C; ++c) bt.blocks[size_t(c) * size_t(B) + size_t(B - 1)] = Block{c, c + 1};
+    return bt;
+  };
+  const int n = 512;
+  const BlockTable fits = table(n, 2052), too_many = table(n, 2053);
+  for (int r : {0, 1, 255, 509, 510, 511}) {
+    EXPECT_NO_THROW(make_program(Topology::kRing, r, n, fits)) << "rank " << r;
+    try {
+      make_program(Topology::kRing, r, n, too_many);
+      ADD_FAILURE() << "rank " << r << " built a program whose tags do not fit";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("schedule tag space exhausted"), std::string::npos) << e.what();
+    }
+  }
+}
+
+// After a failure on one rank, receives it had posted may still be written
+// by peers that have not seen the failure yet (Gloo writes a posted receive
+// whenever its message arrives). The memory behind them must stay allocated:
+// here rank 0's first wait in the metadata all-reduce (a 3-rank ring, whose
+// receives are posted ahead into the statistics vector) fails, rank 0
+// unwinds, and only then rank 2 sends rank 0 the final bytes of its chunk,
+// into a receive that points into rank 0's statistics. Rendezvous sends copy
+// straight into the posted receive, as Gloo does. Before the statistics were
+// parked, that copy wrote freed memory: the test command runs this test under
+// AddressSanitizer, which reports it (a plain build cannot see it). Ranks 1
+// and 2 then wait for rank 0 until the world's timeout.
+class FaultyTransport final : public Transport {
+ public:
+  FaultyTransport(Transport& inner, bool fail_first_recv_wait, std::function<void()> before_later_sends_to_0)
+      : in_(inner), fail_(fail_first_recv_wait), hold_(std::move(before_later_sends_to_0)) {}
+  int rank() const override { return in_.rank(); }
+  int size() const override { return in_.size(); }
+  bool posts_in_order() const override { return in_.posts_in_order(); }
+  bool accepts_shorter_messages() const override { return in_.accepts_shorter_messages(); }
+  void group_start() override { in_.group_start(); }
+  void group_end() override { in_.group_end(); }
+  void allreduce_sum_i64(int64_t* data, size_t count) override { in_.allreduce_sum_i64(data, count); }
+  std::unique_ptr<Request> irecv(void* buf, size_t bytes, int src, uint32_t tag) override {
+    auto r = in_.irecv(buf, bytes, src, tag);
+    return fail_ ? std::make_unique<Failing>(std::move(r), this) : std::move(r);
+  }
+  std::unique_ptr<Request> isend(const void* buf, size_t bytes, int dst, uint32_t tag) override {
+    if (hold_ && dst == 0 && sends_to_0_++ > 0) hold_();
+    return in_.isend(buf, bytes, dst, tag);
+  }
+
+ private:
+  struct Failing final : Request {
+    Failing(std::unique_ptr<Request> r, FaultyTransport* t) : inner(std::move(r)), owner(t) {}
+    void wait() override {
+      if (!owner->failed_) {
+        owner->failed_ = true;
+        throw TransportError("injected: connection reset");
+      }
+      inner->wait();
+    }
+    std::unique_ptr<Request> inner;  // the posted receive stays posted
+    FaultyTransport* owner;
+  };
+  Transport& in_;
+  bool fail_;
+  bool failed_ = false;
+  std::function<void()> hold_;
+  int sends_to_0_ = 0;
+};
+
+TEST(Failure, LateMessagesAfterARanksFailureLandInLiveMemory) {
+  InprocWorld world(3, std::chrono::milliseconds(1500));
+  world.set_rendezvous_sends(true);
+  std::mutex mu;
+  std::condition_variable cv;
+  bool rank0_unwound = false;
+  std::vector<std::string> errors(3);
+  world.run([&](int r, Transport& inner) {
+    auto hold = [&] {
+      std::unique_lock<std::mutex> lk(mu);
+      cv.wait_for(lk, std::chrono::seconds(3), [&] { return rank0_unwound; });
+    };
+    FaultyTransport t(inner, r == 0, r == 2 ? std::function<void()>(hold) : nullptr);
+    CollectiveConfig cfg;
+    cfg.mode = Mode::kDynamiq;
+    cfg.topology = Topology::kRing;
+    std::vector<float> x(65536, 1.f + float(r));  // statistics of 3+ units: every chunk non-empty
+    CallArgs a;
+    a.data = x.data();
+    a.numel = int64_t(x.size());
+    try {
+      all_reduce(t, cfg, a);
+    } catch (const Error& e) {
+      errors[size_t(r)] = e.what();
+    }
+    if (r == 0) {
+      std::lock_guard<std::mutex> lk(mu);
+      rank0_unwound = true;
+      cv.notify_all();
+    }
+  });
+  EXPECT_NE(errors[0].find("injected: connection reset"), std::string::npos) << errors[0];
+  EXPECT_FALSE(errors[1].empty());
+  EXPECT_FALSE(errors[2].empty());
 }
 
 TEST(Schedule, EveryMessageHasAMatchingReceiveOfTheSameBlock) {
