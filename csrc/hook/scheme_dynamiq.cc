@@ -28,7 +28,8 @@ DynamiqParams params_from(const CollectiveConfig& cfg) {
   DQ_CHECK(p.fmt.S > 0 && p.fmt.s > 0 && p.fmt.S % p.fmt.s == 0,
            "dynamiq: supergroup_size must be a positive multiple of group_size");
   for (int i = 0; i < 4; ++i)
-    if (cfg.eps[size_t(i)] >= 0.f) p.eps[size_t(i)] = cfg.eps[size_t(i)];
+    // negative: the default; anything else (NaN included) is validated by the codec
+    if (!(cfg.eps[size_t(i)] < 0.f)) p.eps[size_t(i)] = cfg.eps[size_t(i)];
   p.uniform_levels = cfg.uniform_levels;
   return p;
 }

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -78,6 +79,10 @@ TEST(MakeScheme, DynamiqRejectsFormatsAndEpsTheCodecRejects) {
   c = mode_cfg(Mode::kDynamiq);
   c.eps = {{-1.f, -1.f, -1.f, 5.0f}};
   expect_rejected(c, "eps 5 at width 8", "eps must be finite and in [0, 4]");
+  c.eps = {{-1.f, std::nanf(""), -1.f, -1.f}};  // NaN is not "the default" (negative is)
+  expect_rejected(c, "eps NaN at width 2", "eps must be finite and in [0, 4]");
+  c.eps = {{-1.f, -1.f, -1.f, std::numeric_limits<float>::infinity()}};
+  expect_rejected(c, "eps inf at width 8", "eps must be finite and in [0, 4]");
   c.eps = {{-1.f, -1.f, -1.f, 3.0f}};
   expect_rejected(c, "eps 3 at width 8", "collapse");
 }
