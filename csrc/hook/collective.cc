@@ -215,8 +215,11 @@ CallStats all_reduce_one(Transport& tr, const CollectiveConfig& cfg, const CallA
   CallStats cs;
   cs.numel = a.numel;
   const int n = tr.size();
-  const bool ok_input = a.local_error == InputError::kNone;
-  DQ_CHECK(!ok_input || a.numel == 0 || a.data != nullptr, "all_reduce: null data");
+  // A null bucket is reported like any bad input: in the header exchange, so
+  // that the peers raise with this rank instead of waiting for it.
+  const bool null_data = a.local_error == InputError::kNone && a.numel > 0 && a.data == nullptr;
+  const InputError local_error = null_data ? InputError::kOther : a.local_error;
+  const bool ok_input = local_error == InputError::kNone;
 
   // A config this rank cannot run is reported in the header exchange, like an
   // input error, so that peers with another config raise at once rather than
@@ -265,10 +268,12 @@ CallStats all_reduce_one(Transport& tr, const CollectiveConfig& cfg, const CallA
       // would give other widths, so other message sizes, on those ranks
       {"allocator state (the fast rule's carried offset u)", plan_state_fingerprint(a.plan_state)},
   };
-  Header hdr = exchange_header(tr, fields, nonfinite, a.local_error, !ok_config, pass_error != nullptr);
+  Header hdr = exchange_header(tr, fields, nonfinite, local_error, !ok_config, pass_error != nullptr);
   cs.t_header = secs(t0, Clock::now());
   if (!ok_config) throw Error(config_error);  // the detailed error; peers raise hdr.error
   if (pass_error) std::rethrow_exception(pass_error);
+  if (null_data) throw Error("dynamiq all-reduce: null data pointer for a bucket of " + std::to_string(a.numel) +
+                              " elements");
   if (!hdr.error.empty()) throw Error(hdr.error);
   if (!ok_input) throw Error("dynamiq all-reduce: local input rejected");
   // From here on receives may be posted into `stats` and the bucket.
@@ -360,7 +365,8 @@ CallStats all_reduce(Transport& tr, const CollectiveConfig& cfg, const CallArgs&
   const int64_t es = dtype_size(a.dtype);
   const int64_t max_numel =
       cfg.max_collective_bytes > 0 ? std::max<int64_t>(cfg.max_collective_bytes / es, 4096) : INT64_MAX;
-  if (a.local_error != InputError::kNone || a.numel <= max_numel) return all_reduce_one(tr, cfg, a, 0);
+  if (a.local_error != InputError::kNone || a.numel <= max_numel || a.data == nullptr)
+    return all_reduce_one(tr, cfg, a, 0);  // (a null bucket is reported there, unsliced)
   const int64_t k = ceil_div<int64_t>(a.numel, max_numel);
   const int64_t len = std::min(max_numel, ceil_div<int64_t>(ceil_div<int64_t>(a.numel, k), 4096) * 4096);
   CallStats total;

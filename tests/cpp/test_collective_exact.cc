@@ -299,6 +299,36 @@ TEST(Header, ReportedInputErrorAbortsEveryRank) {
   for (auto& e : errors) EXPECT_NE(e.find("1 rank(s) reported unsupported dtype"), std::string::npos) << e;
 }
 
+// A null bucket on one rank (C++ API misuse) is reported in the header
+// exchange like bad input: its peers raise at once instead of waiting.
+TEST(Header, NullDataOnOneRankAbortsEveryRankPromptly) {
+  for (int64_t numel : {int64_t(64), int64_t(1) << 40}) {  // 2^40: a bucket that would be sliced
+    InprocWorld world(3, std::chrono::seconds(5));
+    std::vector<std::string> errors(3);
+    std::vector<double> secs(3, 0.0);
+    world.run([&](int r, Transport& t) {
+      std::vector<float> x(64, 1.f);
+      CallArgs a;
+      a.data = r == 1 ? nullptr : x.data();
+      a.numel = r == 1 ? numel : 64;
+      const auto t0 = std::chrono::steady_clock::now();
+      try {
+        all_reduce(t, CollectiveConfig{}, a);
+      } catch (const Error& e) {
+        errors[size_t(r)] = e.what();
+      }
+      secs[size_t(r)] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    });
+    for (int r = 0; r < 3; ++r) {
+      EXPECT_LT(secs[size_t(r)], 2.5) << "rank " << r << ": " << errors[size_t(r)];
+      if (r == 1)
+        EXPECT_NE(errors[1].find("null data pointer"), std::string::npos) << errors[1];
+      else
+        EXPECT_NE(errors[size_t(r)].find("1 rank(s) reported invalid input"), std::string::npos) << errors[size_t(r)];
+    }
+  }
+}
+
 // Python reports sparse tensors as well as non-contiguous ones with kLayout:
 // the text peers raise must name both.
 TEST(Header, LayoutErrorNamesSparseAndNonContiguous) {
