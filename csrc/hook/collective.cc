@@ -379,7 +379,10 @@ CallStats all_reduce(Transport& tr, const CollectiveConfig& cfg, const CallArgs&
     s.data = static_cast<uint8_t*>(a.data) + start * es;
     s.numel = std::min(len, a.numel - start);
     const CallStats c = all_reduce_one(tr, cfg, s, uint32_t(total.slices));
-    if (total.slices == 0) total.path = c.path;
+    if (total.slices == 0)
+      total.path = c.path;
+    else if (c.path != total.path)
+      total.path = Path::kMixed;
     nonfinite = nonfinite || c.path == Path::kExactNonfinite;
     total.slices += 1;
     total.bytes_sent += c.bytes_sent;

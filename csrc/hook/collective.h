@@ -26,6 +26,7 @@ enum class Path : int32_t {
   kExactTiny = 2,       // too small for compression to pay
   kExactNonfinite = 3,  // some rank had inf/nan: exact path so they reach the optimizer
   kExactBudget = 4,     // no plan fits the bit budget at this size (Scheme::fits_budget)
+  kMixed = 5,           // a sliced bucket (max_collective_bytes) whose slices took different paths
 };
 
 // Input problems a rank reports instead of taking part, so that its peers

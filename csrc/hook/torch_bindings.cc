@@ -56,6 +56,7 @@ const char* path_name(Path p) {
     case Path::kExactTiny: return "exact-tiny";
     case Path::kExactNonfinite: return "exact-nonfinite";
     case Path::kExactBudget: return "exact-budget";
+    case Path::kMixed: return "mixed";
   }
   return "?";
 }

@@ -126,6 +126,26 @@ TEST(Slices, FirstSliceIsItsOwnCollectiveAndLaterSlicesDrawOtherRandomness) {
 
 // Lossless on 2 ranks keeps its own chunk's final bytes (half the collective)
 // for the all-gather: with slices, half a slice. Rendezvous (Gloo-like) sends.
+// A sliced bucket reports one path: the slices' common one, "mixed" when they
+// differ (here the last slice, of one element, is below min_compress_numel),
+// and exact-nonfinite when any slice had an inf or NaN.
+TEST(Slices, ReportedPathIsMixedWhenSlicesDiffer) {
+  const CollectiveConfig cfg = cfg_for(Mode::kDynamiq, Topology::kRing, 4096 * 4);
+  Data even = integers(2, 8192, 5);
+  for (const CallStats& s : run(2, cfg, even, ReduceOp::kSum)) {
+    EXPECT_EQ(s.slices, 2);
+    EXPECT_EQ(s.path, Path::kCompressed);
+  }
+  Data odd = integers(2, 8193, 6);
+  for (const CallStats& s : run(2, cfg, odd, ReduceOp::kSum)) {
+    EXPECT_EQ(s.slices, 3);
+    EXPECT_EQ(s.path, Path::kMixed);
+  }
+  Data inf = integers(2, 8193, 7);
+  inf[1][10] = INFINITY;
+  for (const CallStats& s : run(2, cfg, inf, ReduceOp::kSum)) EXPECT_EQ(s.path, Path::kExactNonfinite);
+}
+
 TEST(Slices, WorkingMemoryFollowsTheSliceNotTheBucket) {
   const int64_t numel = 4 << 20;  // 16 MB
   const int64_t slice = 2 << 20;  // 2 MB
