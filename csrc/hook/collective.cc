@@ -225,9 +225,17 @@ CallStats all_reduce_one(Transport& tr, const CollectiveConfig& cfg, const CallA
   // input error, so that peers with another config raise at once rather than
   // wait in the exchange for the process group's timeout.
   std::unique_ptr<Scheme> scheme;
+  std::unique_ptr<Codec> device_codec;
   std::string config_error;
+  const int64_t min_numel = std::max<int64_t>(cfg.min_compress_numel, cfg.supergroup_size);
   try {
     scheme = make_scheme(cfg);
+    // A device's codec is made now when the bucket may take the compressed
+    // path, so that a config its kernels cannot run (on a GPU: super-groups
+    // over the shared memory of a block) is reported here too.
+    if (a.device && ok_input && cfg.mode != Mode::kNone && n > 1 && a.numel >= min_numel &&
+        scheme->fits_budget(a.numel))
+      device_codec = scheme->device_codec(*a.device);
   } catch (const Error& e) {
     config_error = e.what();
     if (config_error.empty()) config_error = "dynamiq: invalid config";
@@ -279,7 +287,6 @@ CallStats all_reduce_one(Transport& tr, const CollectiveConfig& cfg, const CallA
   // From here on receives may be posted into `stats` and the bucket.
   const ParkOnFailure park(stats, a.keep_alive);
 
-  const int64_t min_numel = std::max<int64_t>(cfg.min_compress_numel, cfg.supergroup_size);
   Path path = Path::kCompressed;
   if (cfg.mode == Mode::kNone || n == 1)
     path = Path::kExactMode;
@@ -345,7 +352,7 @@ CallStats all_reduce_one(Transport& tr, const CollectiveConfig& cfg, const CallA
   ea.rng.correlated = cfg.correlated;
   ea.rng.stochastic = cfg.stochastic;
   ea.memory = a.device ? &a.device->memory() : nullptr;
-  const std::unique_ptr<Codec> device_codec = a.device ? scheme->device_codec(*a.device) : nullptr;
+  if (a.device && !device_codec) device_codec = scheme->device_codec(*a.device);
   ExecStats es;
   execute(tr, a.device ? *device_codec : scheme->codec(), plan, bt, prog, ea, es);
   cs.bytes_sent = es.bytes_sent;

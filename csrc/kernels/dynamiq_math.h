@@ -368,7 +368,11 @@ DQ_HD float dq_saturate(double v) {
   const double fmax = 3.4028234663852886e38;
   if (v > fmax) return 3.4028234663852886e38f;
   if (v < -fmax) return -3.4028234663852886e38f;
-  return float(v);  // nan stays nan
+  // NaN as one fixed pattern: a GPU makes every NaN 0x7fffffff, x86 keeps the
+  // payload and sign or makes 0xffc00000, and the statistics must be the same
+  // bits on both
+  if (v != v) return bits_f32(0x7fc00000u);
+  return float(v);
 }
 
 }  // namespace dynamiq

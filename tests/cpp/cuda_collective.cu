@@ -11,11 +11,14 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <limits>
 #include <map>
 #include <memory>
 #include <numeric>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "hook/collective.h"
@@ -328,6 +331,64 @@ TEST(CudaCollective, TheDriverOnTheDeviceEqualsTheHostInEveryMode) {
           }
 }
 
+// Super-groups whose working set exceeds a block's shared memory (48 KiB
+// without an opt-in): the device codec refuses them when it is made, with the
+// reason, and the driver makes it before the header exchange, so every rank
+// raises at once instead of failing a launch in the middle of the collective.
+TEST(CudaCollective, SuperGroupsTooLargeForSharedMemoryRaiseBeforeAnySend) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  auto params = [](int S, int s) {
+    DynamiqParams p;
+    p.fmt.S = S;
+    p.fmt.s = s;
+    return p;
+  };
+  EXPECT_NO_THROW(cuda::DynamiqCudaCodec(params(8192, 16)));  // 45,072 bytes
+  EXPECT_NO_THROW(cuda::DynamiqCudaCodec(params(4096, 2)));
+  for (auto [S, s] : {std::pair{8192, 8}, std::pair{4096, 1}, std::pair{16384, 16}}) {
+    try {
+      cuda::DynamiqCudaCodec c(params(S, s));
+      ADD_FAILURE() << "S=" << S << " s=" << s << " accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("dynamiq (CUDA):"), std::string::npos) << e.what();
+    }
+  }
+  const int n = 3;
+  const int64_t numel = 8192 * 3;
+  CollectiveConfig cfg;
+  cfg.mode = Mode::kDynamiq;
+  cfg.supergroup_size = 8192;
+  cfg.group_size = 8;
+  std::vector<std::string> errors(static_cast<size_t>(n));
+  std::vector<double> secs(static_cast<size_t>(n), 0.0);
+  InprocWorld world(n, std::chrono::seconds(20), &cuda::device().memory());
+  world.set_posts_in_order(true);
+  world.run([&](int r, Transport& tr) {
+    std::vector<float> x(static_cast<size_t>(numel), 1.0f + float(r));
+    void* d = nullptr;
+    ASSERT_EQ(cudaMalloc(&d, x.size() * 4), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(d, x.data(), x.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+    CallArgs a;
+    a.data = d;
+    a.numel = numel;
+    a.device = &cuda::device();
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+      all_reduce(tr, cfg, a);
+    } catch (const Error& e) {
+      errors[size_t(r)] = e.what();
+    }
+    secs[size_t(r)] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    cudaFree(d);
+  });
+  for (int r = 0; r < n; ++r) {
+    EXPECT_NE(errors[size_t(r)].find("bytes of shared memory per block"), std::string::npos)
+        << "rank " << r << ": " << errors[size_t(r)];
+    EXPECT_LT(secs[size_t(r)], 10.0) << "rank " << r;
+  }
+  EXPECT_EQ(world.messages_posted(), 0) << "nothing may be sent before the error";
+}
+
 // Malformed input raises MalformedMessage from the CUDA codecs as from the CPU
 // ones: a wrong size (before any launch) and, for bit-split, a spike index out
 // of range (a device flag); the codec decodes the next good message normally.
@@ -365,6 +426,19 @@ TEST(CudaCollective, MalformedMessagesRaiseAndTheCodecRecovers) {
   EXPECT_THROW(codec.decompress_accumulate(dm, bytes, lx, plan, all, dacc), MalformedMessage);
   ASSERT_EQ(cudaMemcpy(dm, good.data(), bytes, cudaMemcpyHostToDevice), cudaSuccess);
   EXPECT_NO_THROW(codec.decompress(dm, bytes, plan, all, y));
+  // a message at an odd address: the device code reads 32-bit words, so it is
+  // refused before any launch instead of faulting on a GPU
+  uint8_t* odd = nullptr;
+  ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&odd), bytes + 4), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(odd + 2, good.data(), bytes, cudaMemcpyHostToDevice), cudaSuccess);
+  try {
+    codec.decompress(odd + 2, bytes, plan, all, y);
+    ADD_FAILURE() << "a misaligned message was decoded";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("not 4-byte aligned"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(codec.compress(lx, plan, all, rng, odd + 2), Error);
+  cudaFree(odd);
   // DynamiQ: only the size can be wrong
   cuda::DynamiqCudaCodec dq;
   const Plan dplan = make_dynamiq_plan(DType::kF32, numel, dq.cpu().params().fmt, std::vector<uint8_t>(4, 4), {}, {}, 1);

@@ -2,6 +2,7 @@
 #include "bitsplit_cuda_codec.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <string>
 
 #include "launch.h"
@@ -20,12 +21,21 @@ const void* local_at(const Local& x, const Plan& plan, const Block& b, int64_t e
   return static_cast<const uint8_t*>(x.bucket) + e0 * dtype_size(plan.dtype);
 }
 
+// The device code reads and writes messages as 32- and 16-bit words (the
+// host code copies bytes), so a message must start 4-byte aligned on the GPU;
+// the executor's buffers (cudaMalloc, pool) always do.
+void check_aligned(const void* p, const char* what) {
+  DQ_CHECK(reinterpret_cast<uintptr_t>(p) % 4 == 0,
+           std::string("bitsplit (CUDA): ") + what + ": message buffer not 4-byte aligned");
+}
+
 }  // namespace
 
 BitsplitCudaCodec::BitsplitCudaCodec(const BitsplitParams& p, cudaStream_t stream, bool sync_each_call)
     : cpu_(p), stream_(stream), sync_(sync_each_call) {
   check_cuda(cudaMalloc(reinterpret_cast<void**>(&d_bad_), sizeof(int)), "flag");
-  check_cuda(cudaMemset(d_bad_, 0, sizeof(int)), "flag");
+  check_cuda(cudaMemsetAsync(d_bad_, 0, sizeof(int), stream_), "flag");  // on the kernels' stream
+  check_cuda(cudaStreamSynchronize(stream_), "flag");
 }
 
 BitsplitCudaCodec::~BitsplitCudaCodec() { cudaFree(d_bad_); }
@@ -57,6 +67,7 @@ void BitsplitCudaCodec::check_decoded(cudaError_t launch, const char* what) cons
 size_t BitsplitCudaCodec::compress(const Local& x, const Plan& plan, const Block& b, const RngCtx& rng,
                                    uint8_t* out) const {
   const size_t bytes = cpu_.static_bytes(plan, b);
+  check_aligned(out, "compress");
   const BitsplitCudaBlock cb = block(plan, b);
   bool is_f32 = false;
   const void* xp = local_at(x, plan, b, cb.e0, is_f32);
@@ -69,6 +80,7 @@ size_t BitsplitCudaCodec::compress(const Local& x, const Plan& plan, const Block
 void BitsplitCudaCodec::decompress(const uint8_t* in, size_t in_bytes, const Plan& plan, const Block& b,
                                    const Output& y) const {
   check_message_size(in_bytes, cpu_.static_bytes(plan, b), "bitsplit");
+  check_aligned(in, "decompress");
   const BitsplitCudaBlock cb = block(plan, b);
   void* yp = static_cast<uint8_t*>(y.bucket) + cb.e0 * dtype_size(plan.dtype);
   std::lock_guard<std::mutex> lock(mu_);
@@ -78,6 +90,7 @@ void BitsplitCudaCodec::decompress(const uint8_t* in, size_t in_bytes, const Pla
 void BitsplitCudaCodec::decompress_accumulate(const uint8_t* in, size_t in_bytes, const Local& x,
                                               const Plan& plan, const Block& b, float* acc) const {
   check_message_size(in_bytes, cpu_.static_bytes(plan, b), "bitsplit");
+  check_aligned(in, "decompress_accumulate");
   const BitsplitCudaBlock cb = block(plan, b);
   bool is_f32 = false;
   const void* xp = local_at(x, plan, b, cb.e0, is_f32);
@@ -91,6 +104,8 @@ size_t BitsplitCudaCodec::decompress_accumulate_recompress(const uint8_t* in, si
                                                            uint8_t* out) const {
   const size_t bytes = cpu_.static_bytes(plan, b);
   check_message_size(in_bytes, bytes, "bitsplit");
+  check_aligned(in, "decompress_accumulate_recompress");
+  check_aligned(out, "decompress_accumulate_recompress");
   const BitsplitCudaBlock cb = block(plan, b);
   bool is_f32 = false;
   const void* xp = local_at(x, plan, b, cb.e0, is_f32);

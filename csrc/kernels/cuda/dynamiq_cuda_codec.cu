@@ -13,13 +13,18 @@ namespace {
 
 void check_cuda(cudaError_t e, const char* what) { check(e, "dynamiq cuda", what); }
 
+// On the codec's stream, waited for: the kernels run on that stream (which may
+// be a non-blocking one, unordered with the legacy default stream's cudaMemcpy)
+// and `host` may be freed once this returns.
 template <typename T>
-void upload(T*& dev, const std::vector<T>& host) {
+void upload(T*& dev, const std::vector<T>& host, cudaStream_t stream) {
   cudaFree(dev);
   dev = nullptr;
   if (host.empty()) return;
   check_cuda(cudaMalloc(reinterpret_cast<void**>(&dev), host.size() * sizeof(T)), "plan upload");
-  check_cuda(cudaMemcpy(dev, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice), "plan upload");
+  check_cuda(cudaMemcpyAsync(dev, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice, stream),
+             "plan upload");
+  check_cuda(cudaStreamSynchronize(stream), "plan upload");
 }
 
 DeviceLocal device_local(const Local& x) {
@@ -34,6 +39,8 @@ DeviceLocal device_local(const Local& x) {
 
 DynamiqCudaCodec::DynamiqCudaCodec(const DynamiqParams& p, void* stream, bool sync_each_call)
     : cpu_(p), stream_(stream), sync_(sync_each_call) {
+  const std::string why = unsupported(cpu_.params());
+  if (!why.empty()) throw Error("dynamiq (CUDA): " + why);
   tables_ = std::make_unique<DeviceTables>(cpu_.tables());
 }
 
@@ -49,10 +56,11 @@ DevicePlan DynamiqCudaCodec::device_plan(const Plan& plan) const {
                     host_.order == plan.order && host_.bits == plan.bits && host_.bias == plan.bias &&
                     host_.wire_offset == plan.wire_offset && d_wire_ != nullptr;
   if (!same) {
-    upload(d_order_, plan.order);
-    upload(d_bits_, plan.bits);
-    upload(d_bias_, plan.bias);
-    upload(d_wire_, plan.wire_offset);
+    const auto st = static_cast<cudaStream_t>(stream_);
+    upload(d_order_, plan.order, st);
+    upload(d_bits_, plan.bits, st);
+    upload(d_bias_, plan.bias, st);
+    upload(d_wire_, plan.wire_offset, st);
     host_ = plan;
   }
   DevicePlan d;

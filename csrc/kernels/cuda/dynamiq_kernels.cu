@@ -18,6 +18,9 @@ enum Kind : int { kCompress = 0, kFused = 1, kDecAcc = 2, kDecompress = 3 };
 
 // Largest S the kernels accept (shared memory: 5 bytes per element + 8 per group).
 constexpr int kMaxS = 8192;
+constexpr size_t kMaxSharedBytes = 48 * 1024;  // per block without cudaFuncSetAttribute
+
+size_t shared_bytes(const DynamiqFormat& f) { return size_t(f.S) * 5 + size_t(f.S / f.s) * 8 + 16; }
 
 __device__ float load_elem(DType dt, const void* p, int64_t i) {
   switch (dt) {
@@ -238,8 +241,8 @@ int launch(const DynamiqParams& prm, const DqTables& tb, const DevicePlan& p, co
   if (w1 <= w0) return 0;
   if (prm.fmt.S > kMaxS || p.unit != prm.fmt.S) return int(cudaErrorInvalidValue);
   Args a{prm.fmt, prm.stochastic_group_scales, tb, p, x, w0, rd, in, out, acc, y};
-  const int S = prm.fmt.S, G = S / prm.fmt.s;
-  const size_t smem = size_t(S) * 5 + size_t(G) * 8 + 16;
+  const int S = prm.fmt.S;
+  const size_t smem = shared_bytes(prm.fmt);
   const int threads = S < 256 ? S : 256;
   DQ_LAUNCH(dynamiq_kernel, unsigned(w1 - w0), unsigned(threads), smem, static_cast<cudaStream_t>(stream))(a, kind);
   return int(cudaGetLastError());
@@ -247,12 +250,28 @@ int launch(const DynamiqParams& prm, const DqTables& tb, const DevicePlan& p, co
 
 }  // namespace
 
+std::string unsupported(const DynamiqParams& prm) {
+  const DynamiqFormat& f = prm.fmt;
+  if (f.S > kMaxS)
+    return "the CUDA kernels take super-groups of at most " + std::to_string(kMaxS) + " elements (supergroup_size=" +
+           std::to_string(f.S) + ")";
+  if (f.s < 1 || f.S % f.s != 0) return "group size must divide the super-group size";
+  if (shared_bytes(f) > kMaxSharedBytes)
+    return "supergroup_size=" + std::to_string(f.S) + " with group_size=" + std::to_string(f.s) + " needs " +
+           std::to_string(shared_bytes(f)) + " bytes of shared memory per block, over the " +
+           std::to_string(kMaxSharedBytes) + " a CUDA kernel gets (use larger groups or smaller super-groups)";
+  return "";
+}
+
 // ---- tables ----------------------------------------------------------------------
 
 DeviceTables::DeviceTables(const DynamiqTables& tables) {
   const auto& img = tables.image();
+  // cudaMemcpy from pageable memory may return before the copy has landed;
+  // kernels on another (non-blocking) stream must not see it half done
   if (cudaMalloc(reinterpret_cast<void**>(&image_), img.size()) != cudaSuccess ||
-      cudaMemcpy(image_, img.data(), img.size(), cudaMemcpyHostToDevice) != cudaSuccess)
+      cudaMemcpy(image_, img.data(), img.size(), cudaMemcpyHostToDevice) != cudaSuccess ||
+      cudaDeviceSynchronize() != cudaSuccess)
     throw Error("dynamiq cuda: cannot upload the level tables");
   view_ = tables.rebased(image_);
 }
@@ -270,7 +289,8 @@ DqRounding DeviceTables::rounding(const RngCtx& rng) {
     if (!dev) {
       const size_t bytes = size_t(rd.perm.nfact) * sizeof(int32_t);
       if (cudaMalloc(reinterpret_cast<void**>(&dev), bytes) != cudaSuccess ||
-          cudaMemcpy(dev, rd.perm.column, bytes, cudaMemcpyHostToDevice) != cudaSuccess) {
+          cudaMemcpy(dev, rd.perm.column, bytes, cudaMemcpyHostToDevice) != cudaSuccess ||
+          cudaDeviceSynchronize() != cudaSuccess) {
         dev = nullptr;
         throw Error("dynamiq cuda: cannot upload the permutation table");
       }

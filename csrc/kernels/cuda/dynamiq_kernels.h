@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <map>
+#include <string>
 #include <utility>
 
 #include "../dynamiq_codec.h"
@@ -64,6 +65,11 @@ class DeviceTables {
   DqTables view_;
   std::map<std::pair<int, int>, int32_t*> columns_;
 };
+
+// Empty when the kernels can run a super-group of these parameters, else why
+// not: a block holds a super-group in shared memory (5 bytes per element and 8
+// per group), and a kernel gets 48 KiB of it without an opt-in.
+std::string unsupported(const DynamiqParams& prm);
 
 int stats(const void* data, DType dtype, int64_t numel, int32_t S, float* out,
           uint32_t* nonfinite /* device word, OR-ed with 1 on inf/nan */, void* stream);
