@@ -195,28 +195,49 @@ TEST(ExactSum, Bf16AndF16RoundLikeTheReference) {
   }
 }
 
-TEST(Header, MismatchedConfigRaisesSameErrorOnEveryRank) {
-  const int n = 3;
-  InprocWorld world(n, std::chrono::seconds(10));
-  std::vector<std::string> errors(n);
-  std::vector<float> buf(100, 1.f);
+// What one rank of a collective that may fail reported.
+struct Outcome {
+  std::string error;  // empty: no error
+  double secs = 0.0;
+};
+
+// One all_reduce on every rank of an in-process world of n ranks, each on
+// `numel` ones with the default config, after `setup(rank, cfg, args)` has
+// adjusted that rank's config and arguments; each rank's error text and time.
+std::vector<Outcome> run_catching(int n, std::chrono::milliseconds timeout, int64_t numel,
+                                  const std::function<void(int, CollectiveConfig&, CallArgs&)>& setup) {
+  InprocWorld world(n, timeout);
+  std::vector<Outcome> out(static_cast<size_t>(n));
   world.run([&](int r, Transport& t) {
-    CollectiveConfig c;
-    c.seed = r == 1 ? 99 : 0;  // rank 1 disagrees
-    std::vector<float> x(buf);
+    std::vector<float> x(static_cast<size_t>(numel), 1.f);
+    CollectiveConfig cfg;
     CallArgs a;
     a.data = x.data();
-    a.numel = 100;
+    a.numel = numel;
+    setup(r, cfg, a);
+    Outcome& o = out[size_t(r)];
+    const auto t0 = std::chrono::steady_clock::now();
     try {
-      all_reduce(t, c, a);
+      all_reduce(t, cfg, a);
+    } catch (const std::bad_alloc&) {
+      o.error = "std::bad_alloc";
     } catch (const Error& e) {
-      errors[size_t(r)] = e.what();
+      o.error = e.what();
     }
+    o.secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   });
-  for (int r = 0; r < n; ++r) {
-    EXPECT_NE(errors[size_t(r)].find("ranks disagree on config fingerprint"), std::string::npos)
-        << errors[size_t(r)];
-    EXPECT_EQ(errors[size_t(r)], errors[0]);
+  return out;
+}
+
+constexpr std::chrono::seconds kHeaderTimeout{5};  // what a rank left waiting would run into
+
+TEST(Header, MismatchedConfigRaisesSameErrorOnEveryRank) {
+  const auto out = run_catching(3, kHeaderTimeout, 100, [](int r, CollectiveConfig& c, CallArgs&) {
+    c.seed = r == 1 ? 99 : 0;  // rank 1 disagrees
+  });
+  for (const Outcome& o : out) {
+    EXPECT_NE(o.error.find("ranks disagree on config fingerprint"), std::string::npos) << o.error;
+    EXPECT_EQ(o.error, out[0].error);
   }
 }
 
@@ -265,66 +286,34 @@ TEST(Header, DisagreeingAllocatorStateRaisesOnEveryRank) {
 }
 
 TEST(Header, MismatchedNumelNamesTheField) {
-  InprocWorld world(2, std::chrono::seconds(10));
-  std::vector<std::string> errors(2);
-  world.run([&](int r, Transport& t) {
-    std::vector<float> x(size_t(100 + r), 1.f);
-    CallArgs a;
-    a.data = x.data();
-    a.numel = int64_t(x.size());
-    try {
-      all_reduce(t, CollectiveConfig{}, a);
-    } catch (const Error& e) {
-      errors[size_t(r)] = e.what();
-    }
+  const auto out = run_catching(3, kHeaderTimeout, 102, [](int r, CollectiveConfig&, CallArgs& a) {
+    a.numel = 100 + r;
   });
-  for (auto& e : errors) EXPECT_NE(e.find("ranks disagree on numel"), std::string::npos) << e;
+  for (const Outcome& o : out) EXPECT_NE(o.error.find("ranks disagree on numel"), std::string::npos) << o.error;
 }
 
 TEST(Header, ReportedInputErrorAbortsEveryRank) {
-  InprocWorld world(3, std::chrono::seconds(10));
-  std::vector<std::string> errors(3);
-  world.run([&](int r, Transport& t) {
-    std::vector<float> x(64, 1.f);
-    CallArgs a;
-    a.data = x.data();
-    a.numel = 64;
+  const auto out = run_catching(3, kHeaderTimeout, 64, [](int r, CollectiveConfig&, CallArgs& a) {
     if (r == 2) a.local_error = InputError::kDType;
-    try {
-      all_reduce(t, CollectiveConfig{}, a);
-    } catch (const Error& e) {
-      errors[size_t(r)] = e.what();
-    }
   });
-  for (auto& e : errors) EXPECT_NE(e.find("1 rank(s) reported unsupported dtype"), std::string::npos) << e;
+  for (const Outcome& o : out)
+    EXPECT_NE(o.error.find("1 rank(s) reported unsupported dtype"), std::string::npos) << o.error;
 }
 
 // A null bucket on one rank (C++ API misuse) is reported in the header
 // exchange like bad input: its peers raise at once instead of waiting.
 TEST(Header, NullDataOnOneRankAbortsEveryRankPromptly) {
   for (int64_t numel : {int64_t(64), int64_t(1) << 40}) {  // 2^40: a bucket that would be sliced
-    InprocWorld world(3, std::chrono::seconds(5));
-    std::vector<std::string> errors(3);
-    std::vector<double> secs(3, 0.0);
-    world.run([&](int r, Transport& t) {
-      std::vector<float> x(64, 1.f);
-      CallArgs a;
-      a.data = r == 1 ? nullptr : x.data();
-      a.numel = r == 1 ? numel : 64;
-      const auto t0 = std::chrono::steady_clock::now();
-      try {
-        all_reduce(t, CollectiveConfig{}, a);
-      } catch (const Error& e) {
-        errors[size_t(r)] = e.what();
-      }
-      secs[size_t(r)] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const auto out = run_catching(3, kHeaderTimeout, 64, [numel](int r, CollectiveConfig&, CallArgs& a) {
+      if (r != 1) return;
+      a.data = nullptr;
+      a.numel = numel;
     });
     for (int r = 0; r < 3; ++r) {
-      EXPECT_LT(secs[size_t(r)], 2.5) << "rank " << r << ": " << errors[size_t(r)];
-      if (r == 1)
-        EXPECT_NE(errors[1].find("null data pointer"), std::string::npos) << errors[1];
-      else
-        EXPECT_NE(errors[size_t(r)].find("1 rank(s) reported invalid input"), std::string::npos) << errors[size_t(r)];
+      const Outcome& o = out[size_t(r)];
+      EXPECT_LT(o.secs, 2.5) << "rank " << r << ": " << o.error;
+      EXPECT_NE(o.error.find(r == 1 ? "null data pointer" : "1 rank(s) reported invalid input"), std::string::npos)
+          << o.error;
     }
   }
 }
@@ -332,22 +321,12 @@ TEST(Header, NullDataOnOneRankAbortsEveryRankPromptly) {
 // Python reports sparse tensors as well as non-contiguous ones with kLayout:
 // the text peers raise must name both.
 TEST(Header, LayoutErrorNamesSparseAndNonContiguous) {
-  InprocWorld world(2, std::chrono::seconds(10));
-  std::vector<std::string> errors(2);
-  world.run([&](int r, Transport& t) {
-    std::vector<float> x(64, 1.f);
-    CallArgs a;
-    a.data = x.data();
-    a.numel = 64;
+  const auto out = run_catching(2, kHeaderTimeout, 64, [](int r, CollectiveConfig&, CallArgs& a) {
     if (r == 0) a.local_error = InputError::kLayout;
-    try {
-      all_reduce(t, CollectiveConfig{}, a);
-    } catch (const Error& e) {
-      errors[size_t(r)] = e.what();
-    }
   });
-  for (auto& e : errors)
-    EXPECT_NE(e.find("1 rank(s) reported unsupported layout (sparse or non-contiguous)"), std::string::npos) << e;
+  for (const Outcome& o : out)
+    EXPECT_NE(o.error.find("1 rank(s) reported unsupported layout (sparse or non-contiguous)"), std::string::npos)
+        << o.error;
 }
 
 // A rank whose config make_scheme rejects takes part in the header exchange
@@ -389,49 +368,27 @@ TEST(Header, InvalidConfigOnOneRankAbortsEveryRankPromptly) {
     for (int n : {2, 3}) {
       const std::string where = std::string(bad.what) + " n=" + std::to_string(n);
       const int offender = n - 1;
-      InprocWorld world(n, std::chrono::seconds(5));
-      std::vector<std::string> errors(static_cast<size_t>(n));
-      std::vector<double> secs(static_cast<size_t>(n), 0.0);
-      world.run([&](int r, Transport& t) {
-        CollectiveConfig good;
-        good.mode = Mode::kDynamiq;
-        std::vector<float> x(8192, 1.f);
-        CallArgs a;
-        a.data = x.data();
-        a.numel = int64_t(x.size());
-        const auto t0 = std::chrono::steady_clock::now();
-        try {
-          all_reduce(t, r == offender ? bad.cfg : good, a);
-        } catch (const Error& e) {
-          errors[size_t(r)] = e.what();
+      const auto out = run_catching(n, kHeaderTimeout, 8192, [&](int r, CollectiveConfig& c, CallArgs&) {
+        if (r == offender) {
+          c = bad.cfg;
+        } else {
+          c.mode = Mode::kDynamiq;
         }
-        secs[size_t(r)] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       });
       for (int r = 0; r < n; ++r) {
-        EXPECT_LT(secs[size_t(r)], 2.5) << where << " rank " << r << ": " << errors[size_t(r)];
+        const Outcome& o = out[size_t(r)];
+        EXPECT_LT(o.secs, 2.5) << where << " rank " << r << ": " << o.error;
         if (r == offender) {
-          EXPECT_NE(errors[size_t(r)].find(bad.needle), std::string::npos) << where << ": " << errors[size_t(r)];
-          EXPECT_EQ(errors[size_t(r)].find("aborted on every rank"), std::string::npos) << where;
+          EXPECT_NE(o.error.find(bad.needle), std::string::npos) << where << ": " << o.error;
+          EXPECT_EQ(o.error.find("aborted on every rank"), std::string::npos) << where;
         } else {
-          EXPECT_EQ(errors[size_t(r)].rfind(common, 0), 0u) << where << " rank " << r << ": " << errors[size_t(r)];
+          EXPECT_EQ(o.error.rfind(common, 0), 0u) << where << " rank " << r << ": " << o.error;
         }
       }
     }
   // every rank with the same invalid config: each raises the detailed message
-  InprocWorld world(2, std::chrono::seconds(5));
-  std::vector<std::string> errors(2);
-  world.run([&](int r, Transport& t) {
-    std::vector<float> x(8192, 1.f);
-    CallArgs a;
-    a.data = x.data();
-    a.numel = int64_t(x.size());
-    try {
-      all_reduce(t, bads[0].cfg, a);
-    } catch (const Error& e) {
-      errors[size_t(r)] = e.what();
-    }
-  });
-  for (auto& e : errors) EXPECT_NE(e.find(bads[0].needle), std::string::npos) << e;
+  for (const Outcome& o : run_catching(2, kHeaderTimeout, 8192, [&](int, CollectiveConfig& c, CallArgs&) { c = bads[0].cfg; }))
+    EXPECT_NE(o.error.find(bads[0].needle), std::string::npos) << o.error;
 }
 
 // A rank whose local pass fails (on a GPU: an out-of-memory cudaMalloc or a
@@ -467,33 +424,17 @@ TEST(Header, LocalPassFailureOnOneRankAbortsEveryRankPromptly) {
       const std::string where = std::string(bad_alloc ? "bad_alloc" : "Error") + " n=" + std::to_string(n);
       const int offender = n - 1;
       const FailingStatsDevice failing(bad_alloc);
-      InprocWorld world(n, std::chrono::seconds(5));
-      std::vector<std::string> errors(static_cast<size_t>(n));
-      std::vector<double> secs(static_cast<size_t>(n), 0.0);
-      world.run([&](int r, Transport& t) {
-        CollectiveConfig cfg;
-        cfg.mode = Mode::kDynamiq;
-        std::vector<float> x(8192, 1.f);
-        CallArgs a;
-        a.data = x.data();
-        a.numel = int64_t(x.size());
+      const auto out = run_catching(n, kHeaderTimeout, 8192, [&](int r, CollectiveConfig& c, CallArgs& a) {
+        c.mode = Mode::kDynamiq;
         if (r == offender) a.device = &failing;
-        const auto t0 = std::chrono::steady_clock::now();
-        try {
-          all_reduce(t, cfg, a);
-        } catch (const std::bad_alloc&) {
-          errors[size_t(r)] = "std::bad_alloc";
-        } catch (const Error& e) {
-          errors[size_t(r)] = e.what();
-        }
-        secs[size_t(r)] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       });
       for (int r = 0; r < n; ++r) {
-        EXPECT_LT(secs[size_t(r)], 2.5) << where << " rank " << r << ": " << errors[size_t(r)];
+        const Outcome& o = out[size_t(r)];
+        EXPECT_LT(o.secs, 2.5) << where << " rank " << r << ": " << o.error;
         if (r == offender)
-          EXPECT_EQ(errors[size_t(r)], bad_alloc ? "std::bad_alloc" : "injected: statistics kernel failed") << where;
+          EXPECT_EQ(o.error, bad_alloc ? "std::bad_alloc" : "injected: statistics kernel failed") << where;
         else
-          EXPECT_EQ(errors[size_t(r)].rfind(common, 0), 0u) << where << " rank " << r << ": " << errors[size_t(r)];
+          EXPECT_EQ(o.error.rfind(common, 0), 0u) << where << " rank " << r << ": " << o.error;
       }
     }
 }

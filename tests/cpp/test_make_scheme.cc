@@ -4,6 +4,7 @@
 // validate_config binding), and each mode's default config is accepted.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -76,15 +77,23 @@ TEST(MakeScheme, DynamiqRejectsFormatsAndEpsTheCodecRejects) {
   c = mode_cfg(Mode::kDynamiq);
   c.group_size = 24;
   expect_rejected(c, "group 24", "multiple of group_size");
-  c = mode_cfg(Mode::kDynamiq);
-  c.eps = {{-1.f, -1.f, -1.f, 5.0f}};
-  expect_rejected(c, "eps 5 at width 8", "eps must be finite and in [0, 4]");
-  c.eps = {{-1.f, std::nanf(""), -1.f, -1.f}};  // NaN is not "the default" (negative is)
-  expect_rejected(c, "eps NaN at width 2", "eps must be finite and in [0, 4]");
-  c.eps = {{-1.f, -1.f, -1.f, std::numeric_limits<float>::infinity()}};
-  expect_rejected(c, "eps inf at width 8", "eps must be finite and in [0, 4]");
-  c.eps = {{-1.f, -1.f, -1.f, 3.0f}};
-  expect_rejected(c, "eps 3 at width 8", "collapse");
+  // eps per width 1, 2, 4, 8 (negative: the default; NaN is not the default)
+  const std::string out_of_range = "eps must be finite and in [0, 4]";
+  const struct {
+    std::array<float, 4> eps;
+    const char* what;
+    std::string needle;
+  } cases[] = {
+      {{-1.f, -1.f, -1.f, 5.0f}, "eps 5 at width 8", out_of_range},
+      {{-1.f, std::nanf(""), -1.f, -1.f}, "eps NaN at width 2", out_of_range},
+      {{-1.f, -1.f, -1.f, std::numeric_limits<float>::infinity()}, "eps inf at width 8", out_of_range},
+      {{-1.f, -1.f, -1.f, 3.0f}, "eps 3 at width 8", "collapse"},
+  };
+  for (const auto& k : cases) {
+    c = mode_cfg(Mode::kDynamiq);
+    c.eps = k.eps;
+    expect_rejected(c, k.what, k.needle);
+  }
 }
 
 // A budget no bucket can meet (a whole super-group at the narrowest width is
