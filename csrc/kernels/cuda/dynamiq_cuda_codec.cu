@@ -41,7 +41,7 @@ DynamiqCudaCodec::DynamiqCudaCodec(const DynamiqParams& p, void* stream, bool sy
     : cpu_(p), stream_(stream), sync_(sync_each_call) {
   const std::string why = unsupported(cpu_.params());
   if (!why.empty()) throw Error("dynamiq (CUDA): " + why);
-  tables_ = std::make_unique<DeviceTables>(cpu_.tables());
+  tables_ = std::make_unique<DeviceTables>(cpu_.tables(), stream_);
 }
 
 DynamiqCudaCodec::~DynamiqCudaCodec() {

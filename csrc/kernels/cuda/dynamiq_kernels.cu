@@ -265,13 +265,15 @@ std::string unsupported(const DynamiqParams& prm) {
 
 // ---- tables ----------------------------------------------------------------------
 
-DeviceTables::DeviceTables(const DynamiqTables& tables) {
+DeviceTables::DeviceTables(const DynamiqTables& tables, void* stream) : stream_(stream) {
   const auto& img = tables.image();
-  // cudaMemcpy from pageable memory may return before the copy has landed;
-  // kernels on another (non-blocking) stream must not see it half done
+  // On the kernels' stream, waited for: a plain cudaMemcpy from pageable
+  // memory may return before the copy has landed, and it runs on the legacy
+  // default stream, unordered with a non-blocking one.
+  const auto st = static_cast<cudaStream_t>(stream_);
   if (cudaMalloc(reinterpret_cast<void**>(&image_), img.size()) != cudaSuccess ||
-      cudaMemcpy(image_, img.data(), img.size(), cudaMemcpyHostToDevice) != cudaSuccess ||
-      cudaDeviceSynchronize() != cudaSuccess)
+      cudaMemcpyAsync(image_, img.data(), img.size(), cudaMemcpyHostToDevice, st) != cudaSuccess ||
+      cudaStreamSynchronize(st) != cudaSuccess)
     throw Error("dynamiq cuda: cannot upload the level tables");
   view_ = tables.rebased(image_);
 }
@@ -289,8 +291,9 @@ DqRounding DeviceTables::rounding(const RngCtx& rng) {
     if (!dev) {
       const size_t bytes = size_t(rd.perm.nfact) * sizeof(int32_t);
       if (cudaMalloc(reinterpret_cast<void**>(&dev), bytes) != cudaSuccess ||
-          cudaMemcpy(dev, rd.perm.column, bytes, cudaMemcpyHostToDevice) != cudaSuccess ||
-          cudaDeviceSynchronize() != cudaSuccess) {
+          cudaMemcpyAsync(dev, rd.perm.column, bytes, cudaMemcpyHostToDevice, static_cast<cudaStream_t>(stream_)) !=
+              cudaSuccess ||
+          cudaStreamSynchronize(static_cast<cudaStream_t>(stream_)) != cudaSuccess) {
         dev = nullptr;
         throw Error("dynamiq cuda: cannot upload the permutation table");
       }

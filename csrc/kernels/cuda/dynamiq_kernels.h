@@ -51,8 +51,11 @@ struct DeviceOutput {
 // Device copies of a codec's tables and of permutation-table columns.
 class DeviceTables {
  public:
-  // Uploads tables.image() (synchronous cudaMemcpy). Throws Error on failure.
-  explicit DeviceTables(const DynamiqTables& tables);
+  // Uploads tables.image() (throws Error on failure) on `stream`, the stream
+  // the kernels using them run on, and waits for that stream only: a
+  // device-wide synchronisation would also wait for other streams' work (the
+  // user's, NCCL's), which may itself be waiting for this collective.
+  explicit DeviceTables(const DynamiqTables& tables, void* stream = nullptr);
   ~DeviceTables();
   DeviceTables(const DeviceTables&) = delete;
   DeviceTables& operator=(const DeviceTables&) = delete;
@@ -61,6 +64,7 @@ class DeviceTables {
   DqRounding rounding(const RngCtx& rng);
 
  private:
+  void* stream_ = nullptr;
   uint8_t* image_ = nullptr;
   DqTables view_;
   std::map<std::pair<int, int>, int32_t*> columns_;
