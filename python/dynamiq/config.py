@@ -59,6 +59,9 @@ class Config:
       group_size: elements per scale group (dynamiq 16; bitsplit 128 for
         5-8 bits, 32 for 2-4 bits). None picks the mode default.
       supergroup_size: dynamiq super-group size S (multiple of group_size).
+        The CUDA kernels hold a super-group in a block's shared memory:
+        5 S + 8 S / group_size + 16 bytes must fit in 48 KiB, and S <= 8192
+        (a CUDA collective with more raises on every rank before sending).
       spike_reserve: bitsplit: keep each group's min and max exactly. None:
         on for 2 and 3 bits.
       log_scales: bitsplit: integer log2 scales (theta = 10).
