@@ -5,7 +5,7 @@
 # where char is unsigned and gcc has no _Float16 in C++. QEMU runs the
 # instructions, not an Arm machine's timing or memory ordering (on an x86 host
 # it keeps x86's stronger ordering), so this checks results, not speed or races.
-#   bash scripts/cross_aarch64.sh                  # build, then every test but the exhaustive sweeps
+#   bash scripts/cross_aarch64.sh                  # build, then every test but the exhaustive-sweep ones
 #   bash scripts/cross_aarch64.sh --gtest_filter=X # extra arguments go to the test binary
 # Installs g++-aarch64-linux-gnu, qemu-user and googletest's sources (Debian) if missing.
 set -euo pipefail
@@ -46,8 +46,9 @@ cmake -S . -B "$B/core" -G Ninja -DCMAKE_TOOLCHAIN_FILE="$TC" \
   -DDYNAMIQ_CUDA=OFF >"$B/configure.log" 2>&1 || { cat "$B/configure.log"; exit 1; }
 ninja -C "$B/core" -j "$JOBS" dynamiq_tests >"$B/build.log" 2>&1 || { tail -60 "$B/build.log"; exit 1; }
 file -b "$B/core/dynamiq_tests" | cut -d, -f1-2
-# The two exhaustive sweeps (every 5th float pattern; every 16-bit rounding word)
-# take minutes under emulation; the native runs cover their code, which is the same.
+# The three exhaustive-sweep tests (FloatBitsSweep.*: every 5th float pattern;
+# every 16-bit rounding word) take minutes under emulation; the native runs cover
+# their code, which is the same.
 filter='-FloatBitsSweep.*:DynamiqRounding.SixteenBitUniformsAreUnbiasedTo2PowMinus17'
 if [ $# -gt 0 ]; then
   qemu-aarch64 -L /usr/aarch64-linux-gnu "$B/core/dynamiq_tests" "$@"

@@ -56,7 +56,6 @@ struct Problem {
   int64_t num_sg = 0;
   double bits = 0.0;   // budget per coordinate
   int64_t numel = 0;
-  double budget_bits = 0.0;  // bits * numel (reported)
 
   Rule rule(int64_t k) const {
     Rule r;
@@ -357,17 +356,16 @@ AllocResult dynamiq_allocate(const float* sumsq, int64_t numel, const AllocParam
   for (int p = 0; p < nt; ++p) pr.factor[p] = dynamiq_threshold_factor(pr.ws.w[p], pr.ws.w[p + 1]);
   pr.bits = params.bits;
   pr.numel = numel;
-  pr.budget_bits = params.bits * double(numel);
 
   AllocResult res;
   res.num_sg = pr.num_sg;
-  res.budget_bits = pr.budget_bits;
+  res.budget_bits = params.bits * double(numel);
   res.num_thresholds = nt;
   for (int p = 0; p < nt; ++p) res.width_lo[p] = pr.ws.w[p], res.width_hi[p] = pr.ws.w[p + 1];
   if (pr.num_sg == 0) return res;
 
   const int64_t min_bytes = pr.num_sg * pr.sg_bytes[0];
-  if (!dynamiq_budget_feasible(numel, params.bits, params.widths_mask, params.format)) {
+  if (!pr.fits(min_bytes)) {  // the test of dynamiq_budget_feasible
     const double need = 8.0 * double(min_bytes) / double(numel);
     throw Error("dynamiq allocator: budget of " + fmt_bits(params.bits) +
                 " bits per coordinate is below the minimum feasible " + fmt_bits(need) +

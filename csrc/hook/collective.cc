@@ -153,7 +153,7 @@ void all_reduce_exact_f32(Transport& tr, Topology topo, float* data, int64_t cou
     es = run_exact(tr, topo, d.get(), DType::kF32, count, ReduceOp::kSum, block_bytes, window_bytes,
                    nullptr, device);
   } catch (...) {
-    keep_forever(std::shared_ptr<void>(d.release(), [](void*) {}));  // receives may still write there
+    keep_forever(d.release());  // receives may still write there: never freed
     throw;
   }
   mem.to_host(data, d.get(), bytes);
@@ -181,6 +181,16 @@ uint64_t plan_state_fingerprint(const PlanState* ps) {
   std::memcpy(&u, &ps->u, sizeof u);
   std::memcpy(&step, &ps->step, sizeof step);
   return mix64(mix64(u) ^ step) | 1u;
+}
+
+// The path a bucket takes as far as the config and numel decide it (both in
+// the header fingerprint, so every rank agrees): kCompressed may still become
+// kExactNonfinite once the header has told whether some rank holds an inf/NaN.
+Path path_before_header(const CollectiveConfig& cfg, const Scheme& scheme, int world, int64_t numel) {
+  if (cfg.mode == Mode::kNone || world == 1) return Path::kExactMode;
+  if (numel < std::max<int64_t>(cfg.min_compress_numel, cfg.supergroup_size)) return Path::kExactTiny;
+  if (!scheme.fits_budget(numel)) return Path::kExactBudget;
+  return Path::kCompressed;
 }
 
 // Parks the statistics vector and the bucket's owner (keep_forever) when the
@@ -227,15 +237,14 @@ CallStats all_reduce_one(Transport& tr, const CollectiveConfig& cfg, const CallA
   std::unique_ptr<Scheme> scheme;
   std::unique_ptr<Codec> device_codec;
   std::string config_error;
-  const int64_t min_numel = std::max<int64_t>(cfg.min_compress_numel, cfg.supergroup_size);
+  Path path = Path::kCompressed;
   try {
     scheme = make_scheme(cfg);
+    path = path_before_header(cfg, *scheme, n, a.numel);
     // A device's codec is made now when the bucket may take the compressed
     // path, so that a config its kernels cannot run (on a GPU: super-groups
     // over the shared memory of a block) is reported here too.
-    if (a.device && ok_input && cfg.mode != Mode::kNone && n > 1 && a.numel >= min_numel &&
-        scheme->fits_budget(a.numel))
-      device_codec = scheme->device_codec(*a.device);
+    if (a.device && ok_input && path == Path::kCompressed) device_codec = scheme->device_codec(*a.device);
   } catch (const Error& e) {
     config_error = e.what();
     if (config_error.empty()) config_error = "dynamiq: invalid config";
@@ -287,17 +296,7 @@ CallStats all_reduce_one(Transport& tr, const CollectiveConfig& cfg, const CallA
   // From here on receives may be posted into `stats` and the bucket.
   const ParkOnFailure park(stats, a.keep_alive);
 
-  Path path = Path::kCompressed;
-  if (cfg.mode == Mode::kNone || n == 1)
-    path = Path::kExactMode;
-  else if (a.numel < min_numel)
-    path = Path::kExactTiny;
-  else if (!scheme->fits_budget(a.numel))
-    // decided before planning from numel and the config alone (both in the
-    // header fingerprint), so every rank takes the same path
-    path = Path::kExactBudget;
-  else if (hdr.nonfinite > 0 && !scheme->exact())
-    path = Path::kExactNonfinite;
+  if (path == Path::kCompressed && hdr.nonfinite > 0 && !scheme->exact()) path = Path::kExactNonfinite;
   cs.path = path;
 
   if (path != Path::kCompressed) {

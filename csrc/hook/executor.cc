@@ -158,19 +158,19 @@ struct PostedRecv {
 // backend might still write; the process group is unusable after a failure.
 void park_on_failure(const Memory& memory, std::deque<PostedRecv>& recvs, std::vector<PendingSend>& sends) {
   for (auto& r : recvs) {
-    keep_forever(std::shared_ptr<void>(r.req.release(), [](void*) {}));
-    if (r.dreq) keep_forever(std::shared_ptr<void>(r.dreq.release(), [](void*) {}));
+    keep_forever(r.req.release());
+    if (r.dreq) keep_forever(r.dreq.release());
     keep_forever(r.buf);
   }
   for (auto& s : sends) {
-    keep_forever(std::shared_ptr<void>(s.req.release(), [](void*) {}));
+    keep_forever(s.req.release());
     keep_forever(s.buf);
   }
   recvs.clear();
   sends.clear();
   // Buffers returned to the pool later must not be reused or freed either:
   // park this thread's pool (kept reachable, never freed) and start a new one.
-  keep_forever(std::shared_ptr<void>(thread_pool_slot(memory).release(), [](void*) {}));
+  keep_forever(thread_pool_slot(memory).release());
   thread_pool_slot(memory) = std::make_unique<BufferPool>(memory);
 }
 

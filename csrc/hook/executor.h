@@ -48,5 +48,7 @@ size_t executor_pool_bytes(const Memory* memory = nullptr);
 // point at must never be freed or reused: execute() parks its own buffers and
 // requests; callers park what they own that a receive may point at.
 void keep_forever(std::shared_ptr<void> p);
+// The same for an object whose ownership the caller gives up (never deleted).
+inline void keep_forever(void* p) { keep_forever(std::shared_ptr<void>(p, [](void*) {})); }
 
 }  // namespace dynamiq

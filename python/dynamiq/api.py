@@ -91,6 +91,13 @@ def comm_device(t: Optional[torch.Tensor], group_name: str) -> str:
     return "cpu"
 
 
+def comm_device_for(t: torch.Tensor, group_name: str) -> str:
+    """comm_device for a tensor a collective was issued with (ignored if it is not valid input).
+
+    Call it on the thread that issues the collective: the current CUDA device is per thread."""
+    return comm_device(None if check_tensor(t, group_name)[0] else t, group_name)
+
+
 # dynamiq's own process group for each group a user passes, by the user group's
 # name. See _private_group.
 _private_groups: Dict[str, dist.ProcessGroup] = {}
@@ -254,7 +261,7 @@ def all_reduce(tensor: torch.Tensor, config: Optional[Config] = None,
     seq = _next_direct_seq(name)
 
     ev = ready_event(tensor, name)
-    device = comm_device(tensor if not check_tensor(tensor, name)[0] else None, name)
+    device = comm_device_for(tensor, name)
 
     def work():
         wait_ready(tensor, ev)

@@ -6,8 +6,8 @@ import torch
 import torch.distributed as dist
 
 from ._worker import worker_for
-from .api import (DIRECT_SEQ_BASE, DynamiqError, check_tensor, comm_device, ready_event, resolve_group,
-                  run_collective, wait_ready)
+from .api import (DIRECT_SEQ_BASE, DynamiqError, comm_device_for, ready_event, resolve_group, run_collective,
+                  wait_ready)
 from .config import Config
 
 _STATE_VERSION = 1
@@ -115,7 +115,7 @@ def _hook(state: HookState, bucket: dist.GradBucket) -> torch.futures.Future[tor
     name = state.group_name
 
     ev = ready_event(buf, name)
-    device = comm_device(buf if not check_tensor(buf, name)[0] else None, name)  # on the caller's thread
+    device = comm_device_for(buf, name)  # on the caller's thread
 
     def work():
         result = buf

@@ -36,16 +36,16 @@ T* to_dev(const std::vector<T>& v) {
   return d;
 }
 
-float value_bits_f32(const uint8_t* p) {
-  float v;
-  std::memcpy(&v, p, 4);
-  return v;
-}
-
-uint16_t load_u16(const uint8_t* p) {
+// Element i of a bucket of dtype dt, as a float.
+float value_at(DType dt, const uint8_t* bucket, int64_t i) {
+  if (dt == DType::kF32) {
+    float v;
+    std::memcpy(&v, bucket + 4 * i, 4);
+    return v;
+  }
   uint16_t h;
-  std::memcpy(&h, p, 2);
-  return h;
+  std::memcpy(&h, bucket + 2 * i, 2);
+  return dt == DType::kBF16 ? bf16_to_f32(h) : f16_to_f32(h);
 }
 
 template <typename T>
@@ -141,10 +141,7 @@ void check_against_cpu(DType dt, bool stoch_scales, int world, int64_t numel, st
   // are not compared and a value must be NaN on both or bit-identical.
   std::vector<uint8_t> bad_unit(size_t(units), 0);
   for (int64_t i = 0; i < numel; ++i) {
-    const float v = dt == DType::kF32 ? value_bits_f32(bucket.data() + 4 * i)
-                    : dt == DType::kBF16 ? bf16_to_f32(load_u16(bucket.data() + 2 * i))
-                                         : f16_to_f32(load_u16(bucket.data() + 2 * i));
-    if (!std::isfinite(v)) bad_unit[size_t(i / 256)] = 1;
+    if (!std::isfinite(value_at(dt, bucket.data(), i))) bad_unit[size_t(i / 256)] = 1;
   }
   auto compare_bytes = [&](const std::vector<uint8_t>& gpu, const std::vector<uint8_t>& cpu, const char* what) {
     ASSERT_EQ(gpu.size(), cpu.size());
@@ -171,9 +168,8 @@ void check_against_cpu(DType dt, bool stoch_scales, int world, int64_t numel, st
     const size_t es = size_t(dtype_size(dt));
     const uint8_t* pg = out_gpu.data() + es * size_t(i);
     const uint8_t* pc = out_cpu.data() + es * size_t(i);
-    const float vg = dt == DType::kF32 ? value_bits_f32(pg) : dt == DType::kBF16 ? bf16_to_f32(load_u16(pg)) : f16_to_f32(load_u16(pg));
-    const float vc = dt == DType::kF32 ? value_bits_f32(pc) : dt == DType::kBF16 ? bf16_to_f32(load_u16(pc)) : f16_to_f32(load_u16(pc));
-    if (bad_unit[size_t(i / 256)] ? !same_value(vg, vc) : std::memcmp(pg, pc, es) != 0) {
+    if (bad_unit[size_t(i / 256)] ? !same_value(value_at(dt, out_gpu.data(), i), value_at(dt, out_cpu.data(), i))
+                                  : std::memcmp(pg, pc, es) != 0) {
       ADD_FAILURE() << "decompress differs at element " << i;
       break;
     }
