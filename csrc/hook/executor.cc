@@ -96,10 +96,13 @@ class BufferPool {
     // largest first (they are the ones a smaller working set does not need), and
     // not below `keep`
     std::sort(free_.begin(), free_.end(), [](const auto& a, const auto& b) { return a->capacity > b->capacity; });
+    bool freed = false;
     while (!free_.empty() && retained_ - free_.front()->capacity >= keep) {
       retained_ -= free_.front()->capacity;
       free_.erase(free_.begin());
+      freed = true;
     }
+    if (freed) memory_.trim();  // a device pool keeps freed memory until told
   }
   size_t bytes() const { return retained_ + in_use_; }
 
@@ -108,7 +111,11 @@ class BufferPool {
     std::unique_ptr<Buf> b(p);
     in_use_ -= b->capacity;
     requested_ -= b->requested;
-    if (retained_ + b->capacity > kMaxRetained) return;  // freed
+    if (retained_ + b->capacity > kMaxRetained) {  // freed
+      b.reset();
+      memory_.trim();
+      return;
+    }
     retained_ += b->capacity;
     free_.push_back(std::move(b));
   }

@@ -13,8 +13,10 @@
 #include "torch_c10d_transport.h"
 #ifdef DYNAMIQ_WITH_CUDA
 #include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
 
 #include "../kernels/cuda/cuda_device.h"
+#include "../kernels/cuda/cuda_memory.h"
 #endif
 
 namespace py = pybind11;
@@ -138,15 +140,19 @@ py::dict run_all_reduce(std::optional<at::Tensor> tensor, const std::string& gro
   {
     py::gil_scoped_release no_gil;
 #ifdef DYNAMIQ_WITH_CUDA
-    // The bucket's producer is ordered before this call by the caller (an
-    // event the default stream waits on); the kernels, the NCCL operations'
-    // stream handoff (torch syncs NCCL's stream with the current stream, and
-    // Work::wait makes the current stream wait) and the codecs' waits all use
-    // this thread's default stream.
+    // Everything runs on this thread's current stream: the group worker's
+    // stream of its own (python/dynamiq/_worker.py), which waits for an event
+    // after the bucket's producer. The kernels, copies, allocations and waits
+    // go there (cuda::StreamScope), and so does the NCCL operations' stream
+    // handoff (torch syncs NCCL's stream with the current stream, and
+    // Work::wait makes the current stream wait). Nothing waits for or holds up
+    // the training's kernels on its own stream.
     std::optional<c10::cuda::CUDAGuard> guard;
+    std::optional<cuda::StreamScope> stream_scope;
     if (dev.is_cuda()) {
       guard.emplace(tensor ? tensor->device() : dev);
       a.device = &cuda::device();
+      stream_scope.emplace(c10::cuda::getCurrentCUDAStream().stream());
     }
 #endif
     C10dTransport tr = C10dTransport::from_group_name(

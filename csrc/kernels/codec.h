@@ -165,6 +165,9 @@ class Memory {
   // At least `bytes` bytes (also for 0), not zeroed. Throws Error on failure.
   virtual void* allocate(size_t bytes) const = 0;
   virtual void release(void* p) const = 0;
+  // Hands memory released earlier back to the system where the allocator keeps
+  // it for reuse (a device's memory pool); called when a buffer pool shrinks.
+  virtual void trim() const {}
   virtual void to_host(void* host_dst, const void* src, size_t bytes) const = 0;
   virtual void from_host(void* dst, const void* host_src, size_t bytes) const = 0;
 };

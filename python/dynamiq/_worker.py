@@ -4,10 +4,18 @@ Every dynamiq collective on a group (hook buckets and `all_reduce` calls)
 runs on that group's worker in submission order, so all ranks issue their
 point-to-point traffic in the same order. The C++ driver releases the GIL,
 so the worker communicates while the autograd thread keeps computing.
+
+CUDA collectives run on a stream of the worker's own per device (a
+non-blocking stream from torch's pool): it waits for an event recorded after
+the bucket's producer (`api.ready_event`), and dynamiq's kernels, copies and
+waits go there, so they neither wait for the training's later kernels on its
+stream nor hold them up. The Future is completed on that stream too (torch
+records its completion event on the current stream).
 """
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import threading
 from typing import Callable, Dict, Optional
@@ -22,6 +30,7 @@ class GroupWorker:
     def __init__(self, group_name: str) -> None:
         self.group_name = group_name
         self._q: "queue.SimpleQueue" = queue.SimpleQueue()
+        self._streams: Dict[torch.device, "torch.cuda.Stream"] = {}  # used on the worker thread only
         self._thread = threading.Thread(target=self._loop, name=f"dynamiq-{group_name}", daemon=True)
         self._thread.start()
 
@@ -30,8 +39,18 @@ class GroupWorker:
         # event at set_result that the consumer's stream waits on).
         cuda = device is not None and device.type == "cuda"
         fut: torch.futures.Future = torch.futures.Future(devices=[device]) if cuda else torch.futures.Future()
-        self._q.put((fn, fut))
+        self._q.put((fn, fut, device if cuda else None))
         return fut
+
+    def _stream_context(self, device: Optional[torch.device]):
+        """On the worker: makes its own stream for `device` current (nothing for CPU work)."""
+        if device is None:
+            return contextlib.nullcontext()
+        s = self._streams.get(device)
+        if s is None:
+            s = torch.cuda.Stream(device=device)
+            self._streams[device] = s
+        return torch.cuda.stream(s)
 
     def on_worker(self) -> bool:
         """True on this worker's own thread (where callbacks of its futures run)."""
@@ -39,16 +58,22 @@ class GroupWorker:
 
     def _loop(self) -> None:
         while True:
-            fn, fut = self._q.get()
+            fn, fut, device = self._q.get()
             try:
-                result = fn()
-            except BaseException as e:  # noqa: BLE001 - every failure must reach the Future
+                ctx = self._stream_context(device)
+            except BaseException as e:  # noqa: BLE001 - e.g. no stream can be made
                 _fail(fut, e)
                 continue
-            try:
-                fut.set_result(result)
-            except BaseException as e:  # noqa: BLE001 - e.g. a result the Future cannot hold
-                _fail(fut, e)
+            with ctx:
+                try:
+                    result = fn()
+                except BaseException as e:  # noqa: BLE001 - every failure must reach the Future
+                    _fail(fut, e)
+                    continue
+                try:
+                    fut.set_result(result)
+                except BaseException as e:  # noqa: BLE001 - e.g. a result the Future cannot hold
+                    _fail(fut, e)
 
 
 def _fail(fut: torch.futures.Future, e: BaseException) -> None:

@@ -220,9 +220,10 @@ def ready_event(tensor: torch.Tensor, group_name: str) -> Optional["torch.cuda.E
 
 
 def wait_ready(tensor: torch.Tensor, ev: Optional["torch.cuda.Event"]) -> None:
-    """On the group worker: order its (default-stream) work after the caller's producer of `tensor`."""
+    """On the group worker: order its work (on its own stream, current there: _worker.py)
+    after the caller's producer of `tensor`."""
     if ev is not None:
-        torch.cuda.default_stream(tensor.device).wait_event(ev)
+        torch.cuda.current_stream(tensor.device).wait_event(ev)
 
 
 def all_reduce(tensor: torch.Tensor, config: Optional[Config] = None,

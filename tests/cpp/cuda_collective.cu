@@ -18,6 +18,7 @@
 #include <memory>
 #include <numeric>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -446,6 +447,124 @@ TEST(CudaCollective, MalformedMessagesRaiseAndTheCodecRecovers) {
   EXPECT_THROW(dq.decompress(dm, dq.static_bytes(dplan, dall) + 1, dplan, dall, y), MalformedMessage);
   for (void* p : {dx, dy, static_cast<void*>(dm), static_cast<void*>(dacc)}) cudaFree(p);
 }
+
+#if defined(DYNAMIQ_CUDA_EMULATION)
+// On a GPU the collective runs beside the training's kernels (DDP hands a
+// bucket over while the backward pass goes on): everything it does must be
+// ordered on the stream made current for it (the group worker's own,
+// cuda::StreamScope), and nothing may synchronise with the legacy default
+// stream or the whole device (cudaMalloc/cudaFree/cudaMemcpy/cudaMemset/
+// cudaDeviceSynchronize would wait for the training's queued kernels). The
+// emulator logs every runtime call with its stream and thread: every launch,
+// copy, memset, allocation and wait of a rank must be on that rank's stream
+// (frees are stream-ordered cudaFreeAsync, on any stream: the executor's pool
+// also frees when its thread exits, after the scope). Every mode, ring and
+// butterfly, 3 ranks, a bucket with an inf (statistics, non-finite scan and
+// the exact fallback), correlated and independent rounding; results equal the
+// host run.
+TEST(CudaCollective, TheDriverKeepsAllDeviceWorkOnTheCurrentStream) {
+  const int n = 3;
+  const int64_t numel = 256 * 40 + 5;
+  const DType dt = DType::kF32;
+  struct Case {
+    Mode mode;
+    Topology topo;
+    bool inf;
+    bool correlated;
+  };
+  std::vector<Case> cases;
+  for (Mode mode : {Mode::kNone, Mode::kDynamiq, Mode::kBitsplit, Mode::kLossless})
+    for (Topology topo : {Topology::kRing, Topology::kButterfly}) cases.push_back({mode, topo, false, true});
+  cases.push_back({Mode::kDynamiq, Topology::kRing, true, true});
+  cases.push_back({Mode::kBitsplit, Topology::kRing, true, true});
+  cases.push_back({Mode::kDynamiq, Topology::kTwoStep, false, false});
+  for (const Case& c : cases) {
+    SCOPED_TRACE(std::string(mode_name(c.mode)) + " " + topology_name(c.topo) + (c.inf ? " with an inf" : "") +
+                 (c.correlated ? "" : " independent"));
+    CollectiveConfig cfg;
+    cfg.mode = c.mode;
+    cfg.topology = c.topo;
+    cfg.bits = c.mode == Mode::kBitsplit ? 3.0 : 5.0;
+    cfg.correlated = c.correlated;
+    cfg.block_bytes = 4096;
+    auto input = make_input(n, dt, numel);
+    if (c.inf) {
+      const float v = std::numeric_limits<float>::infinity();
+      std::memcpy(input[1].data() + 4 * 77, &v, 4);
+    }
+    std::vector<std::vector<uint8_t>> host = input;
+    {
+      InprocWorld world(n, std::chrono::seconds(120));
+      world.run([&](int r, Transport& tr) {
+        CallArgs a;
+        a.data = host[size_t(r)].data();
+        a.dtype = dt;
+        a.numel = numel;
+        a.seq = 5;
+        all_reduce(tr, cfg, a);
+      });
+    }
+    // buckets and streams made before the log starts (legacy calls of the test's own)
+    std::vector<void*> bucket(static_cast<size_t>(n));
+    std::vector<cudaStream_t> stream(static_cast<size_t>(n));
+    for (int r = 0; r < n; ++r) {
+      ASSERT_EQ(cudaMalloc(&bucket[size_t(r)], input[size_t(r)].size()), cudaSuccess);
+      ASSERT_EQ(cudaMemcpy(bucket[size_t(r)], input[size_t(r)].data(), input[size_t(r)].size(), cudaMemcpyHostToDevice),
+                cudaSuccess);
+      ASSERT_EQ(cudaStreamCreateWithFlags(&stream[size_t(r)], cudaStreamNonBlocking), cudaSuccess);
+    }
+    std::vector<std::thread::id> thread_of(static_cast<size_t>(n));
+    std::vector<CallStats> ds(static_cast<size_t>(n));
+    dynamiq_cuda_emu::set_api_log(true);
+    {
+      InprocWorld world(n, std::chrono::seconds(120), &cuda::device().memory());
+      world.set_posts_in_order(true);
+      world.run([&](int r, Transport& tr) {
+        thread_of[size_t(r)] = std::this_thread::get_id();
+        cuda::StreamScope scope(stream[size_t(r)]);
+        CallArgs a;
+        a.data = bucket[size_t(r)];
+        a.dtype = dt;
+        a.numel = numel;
+        a.seq = 5;
+        a.device = &cuda::device();
+        ds[size_t(r)] = all_reduce(tr, cfg, a);
+      });
+    }
+    const std::vector<dynamiq_cuda_emu::ApiCall> log = dynamiq_cuda_emu::api_log();
+    dynamiq_cuda_emu::set_api_log(false);
+
+    EXPECT_EQ(ds[0].path, c.inf ? Path::kExactNonfinite : c.mode == Mode::kNone ? Path::kExactMode : Path::kCompressed);
+    std::map<std::string, int> count;
+    for (const auto& call : log) {
+      const std::string name = call.name;
+      count[name] += 1;
+      const auto it = std::find(thread_of.begin(), thread_of.end(), call.thread);
+      ASSERT_NE(it, thread_of.end()) << name << " from a thread that is no rank's";
+      const cudaStream_t mine = stream[size_t(it - thread_of.begin())];
+      EXPECT_TRUE(name != "cudaMalloc" && name != "cudaFree" && name != "cudaMemcpy" && name != "cudaMemset" &&
+                  name != "cudaDeviceSynchronize")
+          << name << ": synchronises with the legacy default stream (and the training's kernels)";
+      if (name != "cudaFreeAsync" && name != "cudaMemPoolTrimTo")
+        EXPECT_EQ(call.stream, mine) << name << " on another stream than its rank's";
+      if (name == "cudaFreeAsync") EXPECT_TRUE(call.stream == mine || call.stream == nullptr) << name;
+    }
+    // the run did device work on the streams (not a vacuous log)
+    EXPECT_GT(count["launch"], 0);
+    EXPECT_GT(count["cudaStreamSynchronize"], 0);
+    EXPECT_GT(count["cudaMallocFromPoolAsync"], 0);
+    EXPECT_EQ(count["cudaMallocFromPoolAsync"], count["cudaFreeAsync"]) << "device memory not given back";
+
+    for (int r = 0; r < n; ++r) {
+      std::vector<uint8_t> got(input[size_t(r)].size());
+      ASSERT_EQ(cudaMemcpy(got.data(), bucket[size_t(r)], got.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+      EXPECT_EQ(got, host[size_t(r)]) << "rank " << r;
+      cudaFree(bucket[size_t(r)]);
+      cudaStreamDestroy(stream[size_t(r)]);
+    }
+  }
+}
+#endif
 
 }  // namespace
 }  // namespace dynamiq

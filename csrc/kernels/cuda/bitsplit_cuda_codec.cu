@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <string>
 
+#include "cuda_memory.h"
 #include "launch.h"
 
 namespace dynamiq {
@@ -23,7 +24,7 @@ const void* local_at(const Local& x, const Plan& plan, const Block& b, int64_t e
 
 // The device code reads and writes messages as 32- and 16-bit words (the
 // host code copies bytes), so a message must start 4-byte aligned on the GPU;
-// the executor's buffers (cudaMalloc, pool) always do.
+// the executor's buffers (device_alloc: 256-byte aligned, pool) always do.
 void check_aligned(const void* p, const char* what) {
   DQ_CHECK(reinterpret_cast<uintptr_t>(p) % 4 == 0,
            std::string("bitsplit (CUDA): ") + what + ": message buffer not 4-byte aligned");
@@ -33,12 +34,12 @@ void check_aligned(const void* p, const char* what) {
 
 BitsplitCudaCodec::BitsplitCudaCodec(const BitsplitParams& p, cudaStream_t stream, bool sync_each_call)
     : cpu_(p), stream_(stream), sync_(sync_each_call) {
-  check_cuda(cudaMalloc(reinterpret_cast<void**>(&d_bad_), sizeof(int)), "flag");
+  d_bad_ = static_cast<int*>(device_alloc(sizeof(int), stream_));
   check_cuda(cudaMemsetAsync(d_bad_, 0, sizeof(int), stream_), "flag");  // on the kernels' stream
   check_cuda(cudaStreamSynchronize(stream_), "flag");
 }
 
-BitsplitCudaCodec::~BitsplitCudaCodec() { cudaFree(d_bad_); }
+BitsplitCudaCodec::~BitsplitCudaCodec() { device_free(d_bad_, stream_); }
 
 BitsplitCudaBlock BitsplitCudaCodec::block(const Plan& plan, const Block& b) const {
   BitsplitCudaBlock cb;

@@ -21,11 +21,11 @@ namespace {
 
 void check(cudaError_t e, const char* what) { cuda::check(e, "cuda device", what); }
 
-// A device allocation freed on scope exit.
+// A device allocation on the current stream, freed on scope exit (in stream order).
 struct DeviceBuffer {
   void* p = nullptr;
-  explicit DeviceBuffer(size_t bytes) : p(device_memory().allocate(bytes)) {}
-  ~DeviceBuffer() { device_memory().release(p); }
+  explicit DeviceBuffer(size_t bytes) : p(device_alloc(bytes, current_stream())) {}
+  ~DeviceBuffer() { device_free(p, current_stream()); }
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
 };
@@ -49,41 +49,50 @@ class CudaDevice final : public Device {
   std::string name() const override { return "cuda"; }
   const Memory& memory() const override { return device_memory(); }
 
+  // Everything on this thread's current stream (cuda_memory.h), waited for.
   bool dynamiq_stats(const void* data, DType dtype, int64_t numel, int32_t S, float* host_stats) const override {
     if (numel <= 0) return false;
+    const cudaStream_t st = current_stream();
     const int64_t units = ceil_div<int64_t>(numel, S);
-    DeviceBuffer st(size_t(2 * units) * sizeof(float)), flag(sizeof(uint32_t));
-    check(cudaMemset(flag.p, 0, sizeof(uint32_t)), "statistics");
-    check(cudaError_t(stats(data, dtype, numel, S, static_cast<float*>(st.p), static_cast<uint32_t*>(flag.p),
-                            nullptr)),
+    DeviceBuffer stats_d(size_t(2 * units) * sizeof(float)), flag(sizeof(uint32_t));
+    check(cudaMemsetAsync(flag.p, 0, sizeof(uint32_t), st), "statistics");
+    check(cudaError_t(stats(data, dtype, numel, S, static_cast<float*>(stats_d.p), static_cast<uint32_t*>(flag.p),
+                            st)),
           "statistics");
     uint32_t bad = 0;
-    check(cudaMemcpy(host_stats, st.p, size_t(2 * units) * sizeof(float), cudaMemcpyDeviceToHost), "statistics");
-    check(cudaMemcpy(&bad, flag.p, sizeof(bad), cudaMemcpyDeviceToHost), "statistics");
+    check(cudaMemcpyAsync(host_stats, stats_d.p, size_t(2 * units) * sizeof(float), cudaMemcpyDeviceToHost, st),
+          "statistics");
+    check(cudaMemcpyAsync(&bad, flag.p, sizeof(bad), cudaMemcpyDeviceToHost, st), "statistics");
+    check(cudaStreamSynchronize(st), "statistics");
     return bad != 0;
   }
 
   bool has_nonfinite(const void* data, DType dtype, int64_t numel) const override {
     if (numel <= 0) return false;
+    const cudaStream_t st = current_stream();
     DeviceBuffer flag(sizeof(uint32_t));
-    check(cudaMemset(flag.p, 0, sizeof(uint32_t)), "non-finite scan");
+    check(cudaMemsetAsync(flag.p, 0, sizeof(uint32_t), st), "non-finite scan");
     const unsigned grid = unsigned(std::min<int64_t>((numel + 255) / 256, 1024));
-    DQ_LAUNCH(nonfinite_kernel, grid, 256, 0, nullptr)(data, dtype, numel, static_cast<uint32_t*>(flag.p));
+    DQ_LAUNCH(nonfinite_kernel, grid, 256, 0, st)(data, dtype, numel, static_cast<uint32_t*>(flag.p));
     check(cudaGetLastError(), "non-finite scan");
     uint32_t bad = 0;
-    check(cudaMemcpy(&bad, flag.p, sizeof(bad), cudaMemcpyDeviceToHost), "non-finite scan");
+    check(cudaMemcpyAsync(&bad, flag.p, sizeof(bad), cudaMemcpyDeviceToHost, st), "non-finite scan");
+    check(cudaStreamSynchronize(st), "non-finite scan");
     return bad != 0;
   }
 
-  std::unique_ptr<Codec> identity_codec() const override { return std::make_unique<IdentityCudaCodec>(); }
+  // The codecs run on the stream current when they are made (the collective's).
+  std::unique_ptr<Codec> identity_codec() const override {
+    return std::make_unique<IdentityCudaCodec>(current_stream());
+  }
   std::unique_ptr<Codec> dynamiq_codec(const DynamiqParams& p) const override {
-    return std::make_unique<DynamiqCudaCodec>(p);
+    return std::make_unique<DynamiqCudaCodec>(p, current_stream());
   }
   std::unique_ptr<Codec> bitsplit_codec(const BitsplitParams& p) const override {
-    return std::make_unique<BitsplitCudaCodec>(p);
+    return std::make_unique<BitsplitCudaCodec>(p, current_stream());
   }
   std::unique_ptr<Codec> lossless_codec(const LosslessOptions& opt) const override {
-    return std::make_unique<LosslessCudaCodec>(opt);
+    return std::make_unique<LosslessCudaCodec>(opt, current_stream());
   }
 };
 

@@ -5,6 +5,7 @@
 
 #include <string>
 
+#include "cuda_memory.h"
 #include "launch.h"
 
 namespace dynamiq {
@@ -18,10 +19,10 @@ void check_cuda(cudaError_t e, const char* what) { check(e, "dynamiq cuda", what
 // and `host` may be freed once this returns.
 template <typename T>
 void upload(T*& dev, const std::vector<T>& host, cudaStream_t stream) {
-  cudaFree(dev);
+  device_free(dev, stream);
   dev = nullptr;
   if (host.empty()) return;
-  check_cuda(cudaMalloc(reinterpret_cast<void**>(&dev), host.size() * sizeof(T)), "plan upload");
+  dev = static_cast<T*>(device_alloc(host.size() * sizeof(T), stream));
   check_cuda(cudaMemcpyAsync(dev, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice, stream),
              "plan upload");
   check_cuda(cudaStreamSynchronize(stream), "plan upload");
@@ -45,10 +46,11 @@ DynamiqCudaCodec::DynamiqCudaCodec(const DynamiqParams& p, void* stream, bool sy
 }
 
 DynamiqCudaCodec::~DynamiqCudaCodec() {
-  cudaFree(d_order_);
-  cudaFree(d_bits_);
-  cudaFree(d_bias_);
-  cudaFree(d_wire_);
+  const auto st = static_cast<cudaStream_t>(stream_);
+  device_free(d_order_, st);
+  device_free(d_bits_, st);
+  device_free(d_bias_, st);
+  device_free(d_wire_, st);
 }
 
 DevicePlan DynamiqCudaCodec::device_plan(const Plan& plan) const {

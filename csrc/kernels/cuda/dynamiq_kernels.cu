@@ -4,6 +4,7 @@
 // codec calls, in the same arithmetic order (group maxima are exact integer
 // maxima of bit patterns, so the reduction order does not matter).
 #include "dynamiq_kernels.h"
+#include "cuda_memory.h"
 #include "launch.h"
 
 #include <cuda_runtime.h>
@@ -271,16 +272,19 @@ DeviceTables::DeviceTables(const DynamiqTables& tables, void* stream) : stream_(
   // memory may return before the copy has landed, and it runs on the legacy
   // default stream, unordered with a non-blocking one.
   const auto st = static_cast<cudaStream_t>(stream_);
-  if (cudaMalloc(reinterpret_cast<void**>(&image_), img.size()) != cudaSuccess ||
-      cudaMemcpyAsync(image_, img.data(), img.size(), cudaMemcpyHostToDevice, st) != cudaSuccess ||
-      cudaStreamSynchronize(st) != cudaSuccess)
+  image_ = static_cast<uint8_t*>(device_alloc(img.size(), st));
+  if (cudaMemcpyAsync(image_, img.data(), img.size(), cudaMemcpyHostToDevice, st) != cudaSuccess ||
+      cudaStreamSynchronize(st) != cudaSuccess) {
+    device_free(image_, st);
     throw Error("dynamiq cuda: cannot upload the level tables");
+  }
   view_ = tables.rebased(image_);
 }
 
 DeviceTables::~DeviceTables() {
-  cudaFree(image_);
-  for (auto& kv : columns_) cudaFree(kv.second);
+  const auto st = static_cast<cudaStream_t>(stream_);
+  device_free(image_, st);
+  for (auto& kv : columns_) device_free(kv.second, st);
 }
 
 DqRounding DeviceTables::rounding(const RngCtx& rng) {
@@ -290,10 +294,11 @@ DqRounding DeviceTables::rounding(const RngCtx& rng) {
     int32_t*& dev = columns_[key];
     if (!dev) {
       const size_t bytes = size_t(rd.perm.nfact) * sizeof(int32_t);
-      if (cudaMalloc(reinterpret_cast<void**>(&dev), bytes) != cudaSuccess ||
-          cudaMemcpyAsync(dev, rd.perm.column, bytes, cudaMemcpyHostToDevice, static_cast<cudaStream_t>(stream_)) !=
-              cudaSuccess ||
-          cudaStreamSynchronize(static_cast<cudaStream_t>(stream_)) != cudaSuccess) {
+      const auto st = static_cast<cudaStream_t>(stream_);
+      dev = static_cast<int32_t*>(device_alloc(bytes, st));
+      if (cudaMemcpyAsync(dev, rd.perm.column, bytes, cudaMemcpyHostToDevice, st) != cudaSuccess ||
+          cudaStreamSynchronize(st) != cudaSuccess) {
+        device_free(dev, st);
         dev = nullptr;
         throw Error("dynamiq cuda: cannot upload the permutation table");
       }

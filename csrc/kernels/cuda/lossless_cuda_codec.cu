@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <string>
 
+#include "cuda_memory.h"
 #include "launch.h"
 
 namespace dynamiq {
@@ -25,16 +26,16 @@ LosslessCudaCodec::LosslessCudaCodec(LosslessOptions opt, cudaStream_t stream)
     : cpu_(opt), opt_(opt), id_(stream, true), stream_(stream) {}
 
 LosslessCudaCodec::~LosslessCudaCodec() {
-  for (uint8_t* p : scratch_) cudaFree(p);
+  for (uint8_t* p : scratch_) device_free(p, stream_);
 }
 
 uint8_t* LosslessCudaCodec::scratch(int k, size_t bytes) const {
   if (bytes > scratch_bytes_[k] || !scratch_[k]) {
-    cudaFree(scratch_[k]);
+    device_free(scratch_[k], stream_);
     scratch_[k] = nullptr;
     scratch_bytes_[k] = 0;
     const size_t cap = std::max<size_t>(bytes, 256);
-    check_cuda(cudaMalloc(reinterpret_cast<void**>(&scratch_[k]), cap), "scratch");
+    scratch_[k] = static_cast<uint8_t*>(device_alloc(cap, stream_));
     scratch_bytes_[k] = cap;
   }
   return scratch_[k];
@@ -42,7 +43,8 @@ uint8_t* LosslessCudaCodec::scratch(int k, size_t bytes) const {
 
 size_t LosslessCudaCodec::dynamic_bytes(const uint8_t* static_part, const Plan& plan, const Block& b) const {
   uint8_t header[lossless::kHeaderBytes];
-  check_cuda(cudaMemcpy(header, static_part, sizeof(header), cudaMemcpyDeviceToHost), "header");
+  check_cuda(cudaMemcpyAsync(header, static_part, sizeof(header), cudaMemcpyDeviceToHost, stream_), "header");
+  check_cuda(cudaStreamSynchronize(stream_), "header");
   return cpu_.dynamic_bytes(header, plan, b);
 }
 
@@ -69,7 +71,8 @@ size_t LosslessCudaCodec::encode(const void* values, DType dtype, int64_t n, uin
 
 void LosslessCudaCodec::decode(const uint8_t* in, size_t in_bytes, DType dtype, int64_t n, void* values) const {
   std::vector<uint8_t> host(in_bytes);
-  check_cuda(cudaMemcpy(host.data(), in, in_bytes, cudaMemcpyDeviceToHost), "message");
+  check_cuda(cudaMemcpyAsync(host.data(), in, in_bytes, cudaMemcpyDeviceToHost, stream_), "message");
+  check_cuda(cudaStreamSynchronize(stream_), "message");
   LosslessDecodePlan P;
   lossless_parse(host.data(), in_bytes, dtype, n, P);  // validates; MalformedMessage
   uint8_t* exps = scratch(kExps, size_t(P.layout.body));

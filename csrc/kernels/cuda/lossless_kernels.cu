@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "../lossless_cuda.h"
+#include "cuda_memory.h"
 #include "launch.h"
 
 namespace dynamiq {
@@ -15,17 +16,17 @@ using namespace lossless;
 
 void check(cudaError_t e, const char* what) { cuda::check(e, "lossless CUDA", what); }
 
-// A device allocation freed on scope exit (launchers are not hot-path tuned:
-// temporaries are small per-segment arrays and tables).
+// A device allocation in stream order on the launcher's stream, freed on scope
+// exit (launchers are not hot-path tuned: temporaries are small per-segment
+// arrays and tables; a stream-ordered free does not synchronise the device).
 template <typename T>
 struct DeviceBuf {
   T* p = nullptr;
-  explicit DeviceBuf(size_t n) {
-    if (n) check(cudaMalloc(reinterpret_cast<void**>(&p), n * sizeof(T)), "cudaMalloc");
+  cudaStream_t stream;
+  DeviceBuf(size_t n, cudaStream_t s) : stream(s) {
+    if (n) p = static_cast<T*>(cuda::device_alloc(n * sizeof(T), stream));
   }
-  ~DeviceBuf() {
-    if (p) cudaFree(p);
-  }
+  ~DeviceBuf() { cuda::device_free(p, stream); }
   DeviceBuf(const DeviceBuf&) = delete;
   DeviceBuf& operator=(const DeviceBuf&) = delete;
 };
@@ -194,8 +195,8 @@ size_t lossless_encode_section_cuda(DType dtype, const LosslessEncodePlan& p, co
       check(cudaStreamSynchronize(stream), "const section");
       return 1;
     case ExpFormat::kZip: {
-      DeviceBuf<uint8_t> code_of(256);
-      DeviceBuf<uint32_t> counts{static_cast<size_t>(S)}, start{static_cast<size_t>(S) + 1};
+      DeviceBuf<uint8_t> code_of(256, stream);
+      DeviceBuf<uint32_t> counts{static_cast<size_t>(S), stream}, start{static_cast<size_t>(S) + 1, stream};
       upload(code_of, p.zip_code_of, 256, stream);
       DQ_LAUNCH(zip_count_kernel, blocks_for(S), kThreads, 0, stream)(exps, L.body, S, code_of.p, counts.p);
       check(cudaGetLastError(), "zip count kernel");
@@ -214,9 +215,9 @@ size_t lossless_encode_section_cuda(DType dtype, const LosslessEncodePlan& p, co
       return size_t(kZipTableBytes + 2 * S + 3 * G + int64_t(st.back()));
     }
     case ExpFormat::kHuffman: {
-      DeviceBuf<uint16_t> code(256);
-      DeviceBuf<uint8_t> len(256);
-      DeviceBuf<uint32_t> bytes{static_cast<size_t>(S)}, start{static_cast<size_t>(S) + 1};
+      DeviceBuf<uint16_t> code(256, stream);
+      DeviceBuf<uint8_t> len(256, stream);
+      DeviceBuf<uint32_t> bytes{static_cast<size_t>(S), stream}, start{static_cast<size_t>(S) + 1, stream};
       upload(code, p.huff_code, 256, stream);
       upload(len, p.huff_len, 256, stream);
       DQ_LAUNCH(huff_bytes_kernel, blocks_for(S), kThreads, 0, stream)(exps, L.body, S, len.p, bytes.p);
@@ -245,7 +246,7 @@ void lossless_decode_section_cuda(DType dtype, const LosslessDecodePlan& P, cons
   const Layout& L = P.layout;
   const uint8_t* sec = msg + L.static_bytes;
   const int64_t S = L.segments, G = L.groups;
-  DeviceBuf<int> error(1);
+  DeviceBuf<int> error(1, stream);
   check(cudaMemsetAsync(error.p, 0, sizeof(int), stream), "error flag");
   switch (P.format) {
     case ExpFormat::kPlain:
@@ -260,7 +261,7 @@ void lossless_decode_section_cuda(DType dtype, const LosslessDecodePlan& P, cons
       if (L.body) check(cudaMemsetAsync(exps, P.constant, size_t(L.body), stream), "const fill");
       break;
     case ExpFormat::kZip: {
-      DeviceBuf<uint32_t> start(P.seg_start.size());
+      DeviceBuf<uint32_t> start(P.seg_start.size(), stream);
       upload(start, P.seg_start.data(), P.seg_start.size(), stream);
       ZipTable t;
       for (int i = 0; i < 8; ++i) t.t[i] = P.zip_table[i];
@@ -271,8 +272,8 @@ void lossless_decode_section_cuda(DType dtype, const LosslessDecodePlan& P, cons
       break;
     }
     case ExpFormat::kHuffman: {
-      DeviceBuf<uint32_t> start(P.seg_start.size());
-      DeviceBuf<uint16_t> table(P.huff_table.size());
+      DeviceBuf<uint32_t> start(P.seg_start.size(), stream);
+      DeviceBuf<uint16_t> table(P.huff_table.size(), stream);
       upload(start, P.seg_start.data(), P.seg_start.size(), stream);
       upload(table, P.huff_table.data(), P.huff_table.size(), stream);
       DQ_LAUNCH(huff_decode_kernel, blocks_for(S), kThreads, 0, stream)(sec + P.payload_offset, uint64_t(P.payload_bytes),

@@ -245,7 +245,12 @@ void __syncthreads() {
   swapcontext(&f.ctx, &b.sched);
 }
 
-cudaError_t cudaMalloc(void** ptr, size_t bytes) {
+namespace {
+
+std::vector<ApiCall>* g_log = nullptr;  // set: logging (under the lock)
+bool g_pools_supported = true;
+
+cudaError_t malloc_impl(void** ptr, size_t bytes) {
   const auto held = lock();
   if (!ptr) return fail(cudaErrorInvalidValue, "cudaMalloc: null result pointer");
   const size_t pg = page_size();
@@ -263,7 +268,7 @@ cudaError_t cudaMalloc(void** ptr, size_t bytes) {
   return cudaSuccess;
 }
 
-cudaError_t cudaFree(void* ptr) {
+cudaError_t free_impl(void* ptr) {
   const auto held = lock();
   if (!ptr) return cudaSuccess;
   auto& m = allocs();
@@ -284,7 +289,7 @@ cudaError_t cudaFree(void* ptr) {
   return cudaSuccess;
 }
 
-cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+cudaError_t memcpy_impl(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
   const auto held = lock();
   if (bytes == 0) return cudaSuccess;
   const bool dd = kind == cudaMemcpyDeviceToDevice || kind == cudaMemcpyHostToDevice;
@@ -301,11 +306,7 @@ cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind 
   return cudaSuccess;
 }
 
-cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t) {
-  return cudaMemcpy(dst, src, bytes, kind);
-}
-
-cudaError_t cudaMemset(void* dst, int value, size_t bytes) {
+cudaError_t memset_impl(void* dst, int value, size_t bytes) {
   const auto held = lock();
   if (bytes == 0) return cudaSuccess;
   if (!find_alloc(dst, bytes)) return fail(cudaErrorInvalidValue, "cudaMemset: not inside one device allocation");
@@ -313,15 +314,129 @@ cudaError_t cudaMemset(void* dst, int value, size_t bytes) {
   return cudaSuccess;
 }
 
-cudaError_t cudaMemsetAsync(void* dst, int value, size_t bytes, cudaStream_t) {
-  return cudaMemset(dst, value, bytes);
+}  // namespace
+
+namespace dynamiq_cuda_emu {
+
+void log_call(const char* name, cudaStream_t stream) {
+  const auto held = lock();
+  if (g_log) g_log->push_back(ApiCall{name, stream, std::this_thread::get_id()});
 }
 
-cudaError_t cudaStreamSynchronize(cudaStream_t) {
+void set_api_log(bool on) {
   const auto held = lock();
+  delete g_log;
+  g_log = on ? new std::vector<ApiCall>() : nullptr;
+}
+
+std::vector<ApiCall> api_log() {
+  const auto held = lock();
+  return g_log ? *g_log : std::vector<ApiCall>();
+}
+
+bool set_memory_pools_supported(bool on) {
+  const auto held = lock();
+  const bool prev = g_pools_supported;
+  g_pools_supported = on;
+  return prev;
+}
+
+}  // namespace dynamiq_cuda_emu
+
+cudaError_t cudaMalloc(void** ptr, size_t bytes) {
+  log_call("cudaMalloc", nullptr);
+  return malloc_impl(ptr, bytes);
+}
+
+cudaError_t cudaFree(void* ptr) {
+  log_call("cudaFree", nullptr);
+  return free_impl(ptr);
+}
+
+cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+  log_call("cudaMemcpy", nullptr);
+  return memcpy_impl(dst, src, bytes, kind);
+}
+
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t stream) {
+  log_call("cudaMemcpyAsync", stream);
+  return memcpy_impl(dst, src, bytes, kind);
+}
+
+cudaError_t cudaMemset(void* dst, int value, size_t bytes) {
+  log_call("cudaMemset", nullptr);
+  return memset_impl(dst, value, bytes);
+}
+
+cudaError_t cudaMemsetAsync(void* dst, int value, size_t bytes, cudaStream_t stream) {
+  log_call("cudaMemsetAsync", stream);
+  return memset_impl(dst, value, bytes);
+}
+
+cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
+  const auto held = lock();
+  log_call("cudaStreamSynchronize", stream);
   return g_sticky;
 }
-cudaError_t cudaDeviceSynchronize() { return cudaStreamSynchronize(nullptr); }
+
+cudaError_t cudaDeviceSynchronize() {
+  const auto held = lock();
+  log_call("cudaDeviceSynchronize", nullptr);
+  return g_sticky;
+}
+
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned) {
+  if (!stream) return fail(cudaErrorInvalidValue, "cudaStreamCreateWithFlags: null result pointer");
+  *stream = reinterpret_cast<cudaStream_t>(new char);  // a distinct handle
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamDestroy(cudaStream_t stream) {
+  delete reinterpret_cast<char*>(stream);
+  return cudaSuccess;
+}
+
+cudaError_t cudaGetDevice(int* device) {
+  *device = 0;
+  return cudaSuccess;
+}
+
+cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int) {
+  const auto held = lock();
+  if (attr != cudaDevAttrMemoryPoolsSupported)
+    return fail(cudaErrorInvalidValue, "cudaDeviceGetAttribute: attribute not emulated");
+  *value = g_pools_supported ? 1 : 0;
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemPoolCreate(cudaMemPool_t* pool, const cudaMemPoolProps* props) {
+  if (!pool || !props || props->location.type != cudaMemLocationTypeDevice)
+    return fail(cudaErrorInvalidValue, "cudaMemPoolCreate: invalid argument");
+  *pool = reinterpret_cast<cudaMemPool_t>(new char);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t pool, cudaMemPoolAttr, void* value) {
+  if (!pool || !value) return fail(cudaErrorInvalidValue, "cudaMemPoolSetAttribute: invalid argument");
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemPoolTrimTo(cudaMemPool_t pool, size_t) {
+  if (!pool) return fail(cudaErrorInvalidValue, "cudaMemPoolTrimTo: null pool");
+  log_call("cudaMemPoolTrimTo", nullptr);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMallocFromPoolAsync(void** ptr, size_t bytes, cudaMemPool_t pool, cudaStream_t stream) {
+  if (!pool) return fail(cudaErrorInvalidValue, "cudaMallocFromPoolAsync: null pool");
+  log_call("cudaMallocFromPoolAsync", stream);
+  return malloc_impl(ptr, bytes);
+}
+
+cudaError_t cudaFreeAsync(void* ptr, cudaStream_t stream) {
+  log_call("cudaFreeAsync", stream);
+  return free_impl(ptr);
+}
 
 cudaError_t cudaGetLastError() {
   const auto held = lock();

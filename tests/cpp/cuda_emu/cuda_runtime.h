@@ -31,7 +31,13 @@
 //     of a copy lies inside one live allocation and the host side inside none.
 //   - streams are synchronous: work happens at the call. Calls from several
 //     host threads are serialised (one lock); the last error is per host
-//     thread, a failed launch's error sticky for all, as in CUDA.
+//     thread, a failed launch's error sticky for all, as in CUDA. Streams made
+//     with cudaStreamCreateWithFlags are distinct handles, and the stream of
+//     every launch, copy, allocation and wait can be logged (api_log below),
+//     so tests can check which stream each piece of work was ordered on.
+//   - memory pools: cudaMallocFromPoolAsync / cudaFreeAsync allocate and free
+//     like cudaMalloc / cudaFree (at the call); whether the device reports
+//     pool support can be switched for tests of a fallback.
 // What it does not model: warps, the memory model between concurrently running
 // threads, device-only intrinsics (code under __CUDA_ARCH__ is not compiled
 // here: the host branches of the shared headers run), occupancy, timing.
@@ -40,8 +46,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
+#include <thread>
 #include <tuple>
 #include <utility>
+#include <vector>
 
 #define DYNAMIQ_CUDA_EMULATION 1
 
@@ -73,6 +81,29 @@ enum cudaMemcpyKind : int {
 
 struct CUstream_st;
 typedef CUstream_st* cudaStream_t;
+constexpr unsigned cudaStreamDefault = 0;
+constexpr unsigned cudaStreamNonBlocking = 1;
+
+struct CUmemPoolHandle_st;
+typedef CUmemPoolHandle_st* cudaMemPool_t;
+enum cudaMemAllocationType : int { cudaMemAllocationTypeInvalid = 0, cudaMemAllocationTypePinned = 1 };
+enum cudaMemAllocationHandleType : int { cudaMemHandleTypeNone = 0 };
+enum cudaMemLocationType : int { cudaMemLocationTypeInvalid = 0, cudaMemLocationTypeDevice = 1 };
+struct cudaMemLocation {
+  cudaMemLocationType type;
+  int id;
+};
+struct cudaMemPoolProps {
+  cudaMemAllocationType allocType;
+  cudaMemAllocationHandleType handleTypes;
+  cudaMemLocation location;
+  void* win32SecurityAttributes;
+  size_t maxSize;
+  unsigned short usage;
+  unsigned char reserved[54];
+};
+enum cudaMemPoolAttr : int { cudaMemPoolAttrReleaseThreshold = 4 };
+enum cudaDeviceAttr : int { cudaDevAttrMemoryPoolsSupported = 115 };
 
 struct uint3 {
   unsigned x, y, z;
@@ -100,7 +131,16 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpy
 cudaError_t cudaMemset(void* dst, int value, size_t bytes);
 cudaError_t cudaMemsetAsync(void* dst, int value, size_t bytes, cudaStream_t stream = nullptr);
 cudaError_t cudaStreamSynchronize(cudaStream_t stream);
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned flags);
+cudaError_t cudaStreamDestroy(cudaStream_t stream);
 cudaError_t cudaDeviceSynchronize();
+cudaError_t cudaGetDevice(int* device);
+cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device);
+cudaError_t cudaMemPoolCreate(cudaMemPool_t* pool, const cudaMemPoolProps* props);
+cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t pool, cudaMemPoolAttr attr, void* value);
+cudaError_t cudaMemPoolTrimTo(cudaMemPool_t pool, size_t min_bytes_to_keep);
+cudaError_t cudaMallocFromPoolAsync(void** ptr, size_t bytes, cudaMemPool_t pool, cudaStream_t stream);
+cudaError_t cudaFreeAsync(void* ptr, cudaStream_t stream);
 cudaError_t cudaGetLastError();
 cudaError_t cudaPeekAtLastError();
 cudaError_t cudaGetDeviceCount(int* count);
@@ -148,6 +188,22 @@ void end_launch(bool ok);
 // The current block's dynamic shared memory (ends at an inaccessible page).
 unsigned char* dynamic_smem();
 
+// The runtime calls made while the log is on, in order: name and the stream
+// the call was ordered on (nullptr: the legacy default stream, also for the
+// calls that take no stream: cudaMalloc, cudaFree, cudaMemcpy, cudaMemset,
+// cudaDeviceSynchronize, which synchronise with it). Launches log "launch".
+struct ApiCall {
+  const char* name;
+  cudaStream_t stream;
+  std::thread::id thread;  // the host thread that made the call
+};
+void set_api_log(bool on);  // also clears it
+std::vector<ApiCall> api_log();
+void log_call(const char* name, cudaStream_t stream);  // (for the launcher)
+// What cudaDeviceGetAttribute(cudaDevAttrMemoryPoolsSupported) reports (default true);
+// returns the previous setting.
+bool set_memory_pools_supported(bool on);
+
 // For the emulator's own tests: the order threads run between barriers
 // (default: DYNAMIQ_CUDA_EMU_ORDER; returns the previous one), and clearing a
 // failed launch's sticky error.
@@ -159,10 +215,12 @@ struct Launcher {
   void (*kernel)(P...);
   dim3 grid, block;
   size_t smem;
+  cudaStream_t stream;
 
   template <typename... A>
   void operator()(A&&... a) const {
     const auto held = lock();
+    log_call("launch", stream);
     if (!begin_launch(grid, block, smem)) return;
     // kernel parameters are copied once per launch, as the GPU does
     std::tuple<P...> args(std::forward<A>(a)...);
@@ -186,8 +244,8 @@ struct Launcher {
 };
 
 template <typename... P>
-Launcher<P...> launcher(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t) {
-  return Launcher<P...>{kernel, grid, block, smem};
+Launcher<P...> launcher(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream) {
+  return Launcher<P...>{kernel, grid, block, smem, stream};
 }
 
 }  // namespace dynamiq_cuda_emu
