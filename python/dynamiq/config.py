@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -122,12 +123,26 @@ class Config:
                 raise _err(name, getattr(self, name), "True, False")
         if not isinstance(self.seed, int) or isinstance(self.seed, bool) or not 0 <= self.seed < 2**64:
             raise _err("seed", self.seed, "an integer in [0, 2**64)")
-        if isinstance(self.bits, bool) or not isinstance(self.bits, (int, float)):
-            raise _err("bits", self.bits, "a number")
+        def is_int(v):
+            return isinstance(v, int) and not isinstance(v, bool)
+
+        # a finite number in every mode (NaN would not survive the JSON round trip)
+        try:
+            finite = not isinstance(self.bits, bool) and isinstance(self.bits, (int, float)) and \
+                math.isfinite(float(self.bits))
+        except OverflowError:  # an int too large for a float
+            finite = False
+        if not finite:
+            raise _err("bits", self.bits, "a finite number")
         widths = tuple(self.widths)
         object.__setattr__(self, "widths", widths)
-        if not widths or any(w not in _ALLOWED_WIDTHS for w in widths) or len(set(widths)) != len(widths):
+        if not widths or any(not is_int(w) or w not in _ALLOWED_WIDTHS for w in widths) or \
+                len(set(widths)) != len(widths):
             raise _err("widths", self.widths, "a non-empty subset of {1, 2, 4, 8, 16} without repeats")
+        if self.group_size is not None and (not is_int(self.group_size) or not 1 <= self.group_size <= 4096):
+            raise _err("group_size", self.group_size, "None or an integer in [1, 4096]")
+        if not is_int(self.supergroup_size) or not 16 <= self.supergroup_size <= 65536:
+            raise _err("supergroup_size", self.supergroup_size, "an integer in [16, 65536]")
         if self.allocator not in ("fast", "exact"):
             raise _err("allocator", self.allocator, "'fast', 'exact'")
         if self.mode == "dynamiq":
@@ -148,23 +163,19 @@ class Config:
                 raise _err("rounding", self.rounding, "'stochastic', 'nearest' for mode='bitsplit'")
         if self.mode in ("none", "lossless") and self.rounding is not None:
             raise _err("rounding", self.rounding, f"None for mode={self.mode!r} (it is exact)")
-        if self.group_size is not None and (not isinstance(self.group_size, int) or not 1 <= self.group_size <= 4096):
-            raise _err("group_size", self.group_size, "None or an integer in [1, 4096]")
-        if not isinstance(self.supergroup_size, int) or not 16 <= self.supergroup_size <= 65536:
-            raise _err("supergroup_size", self.supergroup_size, "an integer in [16, 65536]")
         gs = self.group_size if self.group_size is not None else 16
         if self.mode == "dynamiq" and self.supergroup_size % gs != 0:
             raise _err("supergroup_size", self.supergroup_size, f"a multiple of group_size ({gs})")
         if self.spike_reserve not in (None, True, False):
             raise _err("spike_reserve", self.spike_reserve, "None, True, False")
         if self.eps is not None:
-            eps = tuple(float(e) for e in self.eps)
-            if len(eps) != 4 or any(not (e > 0 or e == -1) for e in eps):
+            try:
+                eps = tuple(float(e) for e in self.eps)
+            except (TypeError, ValueError, OverflowError):
+                eps = ()
+            if len(eps) != 4 or any(not (e > 0 or e == -1) or not math.isfinite(e) for e in eps):
                 raise _err("eps", self.eps, "four positive numbers (for widths 1, 2, 4, 8), -1 for the default")
             object.__setattr__(self, "eps", eps)
-        def is_int(v):
-            return isinstance(v, int) and not isinstance(v, bool)
-
         if not (is_int(self.block_bytes) and (self.block_bytes == 0 or 1024 <= self.block_bytes <= 1 << 30)):
             raise _err("block_bytes", self.block_bytes, "0 (per-path default) or an integer in [1024, 1073741824]")
         for name, lo, hi in (("min_compress_numel", 0, 1 << 40), ("window_bytes", 1024, 1 << 34)):

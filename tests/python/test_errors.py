@@ -161,6 +161,18 @@ def test_config_validation_names_field():
     assert dynamiq.Config().max_collective_bytes == 256 << 20 and dynamiq.Config(max_collective_bytes=0)
     c = dynamiq.Config(mode="none", seed=7, topology="butterfly")
     assert dynamiq.Config.from_json(c.to_json()) == c
+    # values of the wrong kind raise ConfigError naming the field, in every mode
+    # (not OverflowError/TypeError, and not accepted: NaN would not survive to_json)
+    for mode in ("none", "dynamiq", "lossless", "bitsplit"):
+        for bad in (float("nan"), float("inf"), 10**400, "5", True):
+            with pytest.raises(dynamiq.ConfigError, match="bits="):
+                dynamiq.Config(mode=mode, bits=bad)
+    for kw in (dict(widths=(2.0, 4.0, 8.0)), dict(widths=(True, 4)), dict(group_size=True),
+               dict(group_size=16.0), dict(supergroup_size=256.0), dict(eps=("a", 1, 1, 1)),
+               dict(eps=(float("inf"), -1, -1, -1)), dict(eps=None or (1, 2))):
+        field = next(iter(kw))
+        with pytest.raises(dynamiq.ConfigError, match=field):
+            dynamiq.Config(**kw)
 
 
 def test_not_initialized():
