@@ -58,22 +58,26 @@ class GroupWorker:
 
     def _loop(self) -> None:
         while True:
-            fn, fut, device = self._q.get()
+            # one call per item, so that nothing of it (the closure, its tensor, the
+            # Future and its value) outlives it while the loop waits for the next
+            self._run(*self._q.get())
+
+    def _run(self, fn: Callable[[], object], fut: torch.futures.Future, device: Optional[torch.device]) -> None:
+        try:
+            ctx = self._stream_context(device)
+        except BaseException as e:  # noqa: BLE001 - e.g. no stream can be made
+            _fail(fut, e)
+            return
+        with ctx:
             try:
-                ctx = self._stream_context(device)
-            except BaseException as e:  # noqa: BLE001 - e.g. no stream can be made
+                result = fn()
+            except BaseException as e:  # noqa: BLE001 - every failure must reach the Future
                 _fail(fut, e)
-                continue
-            with ctx:
-                try:
-                    result = fn()
-                except BaseException as e:  # noqa: BLE001 - every failure must reach the Future
-                    _fail(fut, e)
-                    continue
-                try:
-                    fut.set_result(result)
-                except BaseException as e:  # noqa: BLE001 - e.g. a result the Future cannot hold
-                    _fail(fut, e)
+                return
+            try:
+                fut.set_result(result)
+            except BaseException as e:  # noqa: BLE001 - e.g. a result the Future cannot hold
+                _fail(fut, e)
 
 
 def _fail(fut: torch.futures.Future, e: BaseException) -> None:

@@ -101,7 +101,29 @@ def comm_device_for(t: torch.Tensor, group_name: str) -> str:
 # dynamiq's own process group for each group a user passes, by the user group's
 # name. See _private_group.
 _private_groups: Dict[str, dist.ProcessGroup] = {}
+_private_made: Dict[str, int] = {}  # private groups made so far per user group name (re-inits)
 _private_lock = threading.Lock()
+
+
+def _new_group_named(name: str, **kw) -> dist.ProcessGroup:
+    """`dist.new_group(**kw)` under the name `name`, leaving torch's group counter alone.
+
+    torch names a group from `_world.group_count`, which `new_group` advances on
+    the members of a locally synchronised group only. Made through it, dynamiq's
+    group for a subgroup would advance the counter on that subgroup's members and
+    not on the other ranks (they skip the call, or get None from a dynamiq call
+    outside the group), and the user's next `new_group` would then get different
+    names on different ranks and hang. Our groups take a name of their own,
+    `dynamiq:<user group>:<k>`, the same on every member, and no counter value."""
+    c10d = dist.distributed_c10d
+    orig = getattr(c10d, "_process_group_name", None)
+    if orig is None:  # another torch: its own naming (and counter) then
+        return dist.new_group(**kw)
+    c10d._process_group_name = lambda ranks, use_hashed_name: name
+    try:
+        return dist.new_group(**kw)
+    finally:
+        c10d._process_group_name = orig
 
 
 def _group_timeout(g: dist.ProcessGroup) -> Optional[timedelta]:
@@ -145,10 +167,12 @@ def _private_group(g: dist.ProcessGroup) -> dist.ProcessGroup:
         if own is not None and _alive(own):
             return own
         # (after destroy_process_group and a new init a reused name gets a new group)
+        k = _private_made.get(g.group_name, 0)
         try:
-            own = dist.new_group(ranks=dist.get_process_group_ranks(g), timeout=_group_timeout(g),
-                                 backend=dist.get_backend_config(g), use_local_synchronization=True,
-                                 group_desc=f"dynamiq:{g.group_name}")
+            own = _new_group_named(f"dynamiq:{g.group_name}:{k}", ranks=dist.get_process_group_ranks(g),
+                                   timeout=_group_timeout(g), backend=dist.get_backend_config(g),
+                                   use_local_synchronization=True, group_desc=f"dynamiq:{g.group_name}")
+            _private_made[g.group_name] = k + 1
         except Exception as e:  # noqa: BLE001 - a peer that never joins: the store's timeout
             raise TransportError(f"dynamiq: making dynamiq's process group for group '{g.group_name}' "
                                  f"failed (did every rank call dynamiq on this group?): {e}") from e
@@ -166,7 +190,9 @@ def resolve_group(group: Optional[dist.ProcessGroup]) -> Tuple[dist.ProcessGroup
         raise DynamiqError("dynamiq: cannot find the name of the process group")
     own = _private_group(g)
     name = own.group_name
-    _group_devices[name] = _devices_of(dist.get_backend(g))
+    # the backend config, not get_backend: init_process_group() without a backend
+    # reports "undefined" there, and "cpu:gloo,cuda:nccl" here on a GPU host
+    _group_devices[name] = _devices_of(dist.get_backend_config(g))
     return own, name
 
 

@@ -88,11 +88,12 @@ def _entry(fn, rank, world, store_path, pg_timeout, q, args, env, backend, eager
 
         torch.set_num_threads(1)
         kw = {}
-        if "nccl" in backend:  # one GPU per rank
+        if "nccl" in backend or (backend == "" and torch.cuda.is_available()):  # one GPU per rank
             torch.cuda.set_device(rank)
             if eager:  # communicators made at init: NCCL then runs all P2P on one stream per rank
                 kw["device_id"] = torch.device("cuda", rank)
-        dist.init_process_group(backend, init_method=f"file://{store_path}", rank=rank, world_size=world,
+        # backend "": init_process_group() without one (torch picks per device type)
+        dist.init_process_group(backend or None, init_method=f"file://{store_path}", rank=rank, world_size=world,
                                 timeout=timedelta(seconds=pg_timeout), **kw)
         try:
             result = fn(rank, world, *args)
@@ -113,7 +114,8 @@ def run_ranks(fn: Callable[..., Any], world: int, *args: Any, timeout: float = 1
 
     With allow_failure=True, a failing rank's entry is ("error", message)
     instead of raising. backend: the process group's ("nccl": rank r on GPU r;
-    eager=True passes device_id so the communicators are made at init).
+    eager=True passes device_id so the communicators are made at init; "": none
+    given, torch's default per device type).
     """
     ctx = _mp_context()
     q = ctx.Queue()

@@ -191,3 +191,66 @@ def test_dynamiq_bucket_over_budget_takes_the_exact_path(numel, bits, world):
     fits = [torch.randn(numel - 1 + 256 * 8, generator=g) for _ in range(world)]
     _, st = dynamiq.simulate(fits, cfg.replace(bits=5.0), return_stats=True)
     assert st[0]["path"] == "compressed"
+
+
+def _subgroup_then_new_groups(rank, world):
+    a = dist.new_group([0, 1])
+    x = torch.full((1000,), float(rank + 1))
+    # rank 2 is outside `a`: the call returns at once there, as torch's does
+    r = dynamiq.all_reduce(x, dynamiq.Config(mode="none"), group=a)
+    assert r is None
+    count = dist.distributed_c10d._world.group_count
+    # torch's next group must get the same name on every rank: dynamiq's own group
+    # for `a` (made on ranks 0 and 1 only) took no value of torch's group counter
+    b = dist.new_group([0, 1, 2])
+    y = torch.ones(10)
+    dist.all_reduce(y, group=b)
+    z = torch.full((1000,), float(rank + 1))
+    dynamiq.all_reduce(z, dynamiq.Config(mode="none"))  # the world, through another group of dynamiq's
+    return count, float(x[0]), float(y[0]), float(z[0])
+
+
+def test_dynamiq_on_a_subgroup_leaves_torchs_group_names_in_step():
+    # Before: dynamiq's group for `a` advanced torch's group counter on ranks 0 and 1
+    # only, and the `new_group` after it hung on every rank (names differed).
+    out = run_ranks(_subgroup_then_new_groups, 3, timeout=90, pg_timeout=20)
+    assert len({c for c, *_ in out}) == 1, out
+    assert [o[1] for o in out] == [3.0, 3.0, 3.0], out  # ranks 0, 1 summed; rank 2 untouched
+    assert all(o[2] == 3.0 and o[3] == 6.0 for o in out), out
+
+
+def _no_backend_given(rank, world):
+    assert dist.get_backend() == "undefined", dist.get_backend()  # the case: torch picks per device
+    x = torch.full((1000,), float(rank + 1))
+    dynamiq.all_reduce(x, dynamiq.Config(mode="none"))
+    return float(x[0])
+
+
+def test_group_made_without_a_backend():
+    assert run_ranks(_no_backend_given, 2, backend="") == [3.0, 3.0]
+
+
+def _tensor_released(rank, world):
+    import gc
+    import time
+    import weakref
+
+    refs = []
+    for async_op in (False, True):
+        x = torch.full((1000,), float(rank + 1))
+        refs.append(weakref.ref(x))
+        fut = dynamiq.all_reduce(x, dynamiq.Config(mode="none"), async_op=async_op)
+        if fut is not None:
+            fut.wait()
+        del x, fut
+    deadline = time.monotonic() + 10  # the worker may still be returning from the call
+    while any(r() is not None for r in refs) and time.monotonic() < deadline:
+        gc.collect()
+        time.sleep(0.05)
+    return [r() is None for r in refs]
+
+
+def test_worker_does_not_keep_the_last_tensor_alive():
+    # Before: the worker loop's locals held the last collective's closure (and its
+    # tensor, for the hook the bucket and HookState) until the next collective.
+    assert run_ranks(_tensor_released, 2) == [[True, True]] * 2

@@ -110,3 +110,17 @@ def test_ddp_hook_on_cuda_model():
         assert same, "parameters differ between ranks"
         assert path == "compressed"
         assert worst < 0.5, f"relative gradient error {worst:.3f}: far above 5-bit DynamiQ's"
+
+
+def _no_backend_given(rank, world):
+    # init_process_group() without a backend: torch reports "undefined" from
+    # get_backend and "cpu:gloo,cuda:nccl" from get_backend_config; dynamiq must
+    # read the latter (it once read the former and refused CUDA tensors)
+    assert dist.get_backend() == "undefined"
+    x = torch.full((1000,), float(rank + 1), device="cuda")
+    dynamiq.all_reduce(x, dynamiq.Config(mode="none"))
+    return float(x[0])
+
+
+def test_group_made_without_a_backend_carries_cuda_tensors():
+    assert run_ranks(_no_backend_given, WORLD, backend="") == [float(WORLD * (WORLD + 1) // 2)] * WORLD
