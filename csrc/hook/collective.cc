@@ -407,9 +407,11 @@ CallStats all_reduce(Transport& tr, const CollectiveConfig& cfg, const CallArgs&
     total.t_post += c.t_post;
     total.t_total += c.t_total;
     total.pool_bytes = c.pool_bytes;
-    total.has_u = c.has_u;
-    total.u = c.u;
-    total.u_step = c.u_step;
+    if (c.has_u) {  // (an exact-path slice leaves the allocator state as it was)
+      total.has_u = true;
+      total.u = c.u;
+      total.u_step = c.u_step;
+    }
   }
   if (nonfinite) total.path = Path::kExactNonfinite;
   total.bits_per_coord = bits / double(a.numel);

@@ -128,18 +128,25 @@ TEST(Slices, FirstSliceIsItsOwnCollectiveAndLaterSlicesDrawOtherRandomness) {
 // for the all-gather: with slices, half a slice. Rendezvous (Gloo-like) sends.
 // A sliced bucket reports one path: the slices' common one, "mixed" when they
 // differ (here the last slice, of one element, is below min_compress_numel),
-// and exact-nonfinite when any slice had an inf or NaN.
+// and exact-nonfinite when any slice had an inf or NaN; the allocator state is
+// the one the compressed slices left, also when the last slice is exact.
 TEST(Slices, ReportedPathIsMixedWhenSlicesDiffer) {
   const CollectiveConfig cfg = cfg_for(Mode::kDynamiq, Topology::kRing, 4096 * 4);
   Data even = integers(2, 8192, 5);
-  for (const CallStats& s : run(2, cfg, even, ReduceOp::kSum)) {
+  const std::vector<CallStats> se = run(2, cfg, even, ReduceOp::kSum);
+  for (const CallStats& s : se) {
     EXPECT_EQ(s.slices, 2);
     EXPECT_EQ(s.path, Path::kCompressed);
+    EXPECT_TRUE(s.has_u);
   }
   Data odd = integers(2, 8193, 6);
   for (const CallStats& s : run(2, cfg, odd, ReduceOp::kSum)) {
     EXPECT_EQ(s.slices, 3);
     EXPECT_EQ(s.path, Path::kMixed);
+    // the allocator state the compressed slices left is reported, though the
+    // last slice took an exact path (the hook carries it to the next step)
+    EXPECT_TRUE(s.has_u);
+    EXPECT_EQ(s.u_step, se[0].u_step);
   }
   Data inf = integers(2, 8193, 7);
   inf[1][10] = INFINITY;
