@@ -316,6 +316,9 @@ def simulate(tensors: Sequence[torch.Tensor], config: Optional[Config] = None, o
         raise ValueError(f"dynamiq.simulate: op must be 'sum' or 'mean', got {op!r}")
     if len(tensors) < 1:
         raise ValueError("dynamiq.simulate: need at least one tensor")
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+        raise ValueError(f"dynamiq.simulate: timeout must be a positive number of seconds, got {timeout!r}")
+    timeout = min(float(timeout), 1e9)  # (inf: no limit; the C++ clock counts at most ~292 years)
     config = config if config is not None else Config()
     t0 = tensors[0]
     for i, t in enumerate(tensors):

@@ -159,6 +159,15 @@ def test_simulate_equals_real_run(topology):
         assert torch.equal(sim[r], res[r][1])
 
 
+def test_simulate_timeout_is_checked_and_large_ones_mean_no_limit():
+    xs = [torch.full((100,), float(r)) for r in range(2)]
+    for t in (float("inf"), 1e300, 10**12):  # these overflowed the C++ clock: an instant timeout
+        assert torch.equal(dynamiq.simulate(xs, dynamiq.Config(mode="none"), timeout=t)[0], torch.full((100,), 1.0))
+    for bad in (0, -1.0, float("nan"), "10", True):
+        with pytest.raises(ValueError, match="timeout"):
+            dynamiq.simulate(xs, dynamiq.Config(mode="none"), timeout=bad)
+
+
 def test_simulate_does_not_modify_inputs_and_reports_bytes():
     xs = [torch.randn(10_000) for _ in range(5)]
     copies = [x.clone() for x in xs]
