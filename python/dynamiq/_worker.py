@@ -58,9 +58,16 @@ class GroupWorker:
 
     def _loop(self) -> None:
         while True:
+            item = self._q.get()
+            if item is None:  # retired (retire_worker): the thread ends, and its buffers with it
+                return
             # one call per item, so that nothing of it (the closure, its tensor, the
             # Future and its value) outlives it while the loop waits for the next
-            self._run(*self._q.get())
+            self._run(*item)
+            del item
+
+    def is_alive(self) -> bool:
+        return self._thread.is_alive()
 
     def _run(self, fn: Callable[[], object], fut: torch.futures.Future, device: Optional[torch.device]) -> None:
         try:
@@ -102,3 +109,13 @@ def worker_for(group_name: str) -> GroupWorker:
             w = GroupWorker(group_name)
             _workers[group_name] = w
         return w
+
+
+def retire_worker(group_name: str) -> Optional[GroupWorker]:
+    """Stops the worker of a group that is gone, once the collectives queued on it are
+    done (a later collective on that name gets a new worker). Returns it, or None."""
+    with _workers_lock:
+        w = _workers.pop(group_name, None)
+    if w is not None:
+        w._q.put(None)
+    return w

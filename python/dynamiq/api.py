@@ -10,7 +10,7 @@ import torch
 import torch.distributed as dist
 
 from . import _C
-from ._worker import worker_for
+from ._worker import retire_worker, worker_for
 from .config import Config
 
 DynamiqError = _C.DynamiqError
@@ -99,10 +99,41 @@ def comm_device_for(t: torch.Tensor, group_name: str) -> str:
 
 
 # dynamiq's own process group for each group a user passes, by the user group's
-# name. See _private_group.
-_private_groups: Dict[str, dist.ProcessGroup] = {}
+# name: (the user's group, ours). See _private_group.
+_private_groups: Dict[str, Tuple[dist.ProcessGroup, dist.ProcessGroup]] = {}
 _private_made: Dict[str, int] = {}  # private groups made so far per user group name (re-inits)
 _private_lock = threading.Lock()
+# Our groups of user groups that were destroyed, with their stopping workers:
+# destroyed in turn once the worker has stopped (see _sweep_private_groups).
+_retired: List[tuple] = []
+
+
+def _sweep_private_groups() -> None:
+    """Frees what dynamiq holds for user groups that no longer exist (caller holds _private_lock).
+
+    After `dist.destroy_process_group(g)` (or of all groups, before a new init) our
+    group for g, its worker thread and that thread's message buffers would
+    otherwise live until exit: a job that makes and destroys subgroups as it goes
+    would grow by a thread, sockets and buffers per group. The worker stops once
+    the collectives already queued on it are done (it is never interrupted); our
+    group is destroyed at a later sweep, once the worker has stopped. Local: no
+    communication, so ranks need not sweep at the same time."""
+    for name, (user, own) in list(_private_groups.items()):
+        if _alive(user) and _alive(own):
+            continue
+        del _private_groups[name]
+        _group_devices.pop(own.group_name, None)
+        _retired.append((own, retire_worker(own.group_name)))
+    waiting = []
+    for own, worker in _retired:
+        if worker is not None and worker.is_alive():
+            waiting.append((own, worker))
+        elif _alive(own):
+            try:
+                dist.destroy_process_group(own)
+            except Exception:  # noqa: BLE001 - already shut down by torch: nothing left to free
+                pass
+    _retired[:] = waiting
 
 
 def _new_group_named(name: str, **kw) -> dist.ProcessGroup:
@@ -163,9 +194,10 @@ def _private_group(g: dist.ProcessGroup) -> dist.ProcessGroup:
     non-members need not (use_local_synchronization).
     """
     with _private_lock:
-        own = _private_groups.get(g.group_name)
-        if own is not None and _alive(own):
-            return own
+        _sweep_private_groups()
+        entry = _private_groups.get(g.group_name)
+        if entry is not None:  # (the sweep kept it: both groups alive)
+            return entry[1]
         # (after destroy_process_group and a new init a reused name gets a new group)
         k = _private_made.get(g.group_name, 0)
         try:
@@ -176,7 +208,7 @@ def _private_group(g: dist.ProcessGroup) -> dist.ProcessGroup:
         except Exception as e:  # noqa: BLE001 - a peer that never joins: the store's timeout
             raise TransportError(f"dynamiq: making dynamiq's process group for group '{g.group_name}' "
                                  f"failed (did every rank call dynamiq on this group?): {e}") from e
-        _private_groups[g.group_name] = own
+        _private_groups[g.group_name] = (g, own)
         return own
 
 

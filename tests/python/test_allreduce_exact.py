@@ -263,3 +263,34 @@ def test_worker_does_not_keep_the_last_tensor_alive():
     # Before: the worker loop's locals held the last collective's closure (and its
     # tensor, for the hook the bucket and HookState) until the next collective.
     assert run_ranks(_tensor_released, 2) == [[True, True]] * 2
+
+
+def _subgroup_churn(rank, world, cycles):
+    import threading
+
+    from dynamiq import _worker
+
+    def dynamiq_threads():
+        return sum(1 for t in threading.enumerate() if t.name.startswith("dynamiq-"))
+
+    base = len(dist.distributed_c10d._world.pg_map)
+    seen = []
+    for i in range(cycles):
+        g = dist.new_group(list(range(world)))
+        x = torch.full((100_000,), float(rank + 1))
+        dynamiq.all_reduce(x, dynamiq.Config(mode="lossless"), group=g)
+        assert torch.equal(x, torch.full_like(x, world * (world + 1) / 2))
+        dist.destroy_process_group(g)
+        seen.append((len(dist.distributed_c10d._world.pg_map) - base, dynamiq_threads(), len(_worker._workers)))
+    return seen
+
+
+def test_destroyed_subgroups_free_dynamiqs_group_worker_and_buffers():
+    # A job that makes and destroys groups as it goes: what dynamiq made for a
+    # destroyed group (its own group, worker thread, that thread's buffers) is freed
+    # at the next dynamiq call, so it stays bounded. Before: one more group, thread
+    # (and 38 MB of lossless buffers for a 16 MB bucket) per cycle.
+    cycles = 8
+    for seen in run_ranks(_subgroup_churn, 2, cycles, timeout=120):
+        groups, threads, workers = zip(*seen)
+        assert max(groups) <= 2 and max(threads) <= 2 and max(workers) <= 1, seen
