@@ -160,9 +160,11 @@ TEST(ExactSum, DefaultBlockBytesPerPath) {
   EXPECT_GT(m, 2 * 1) << "compressed path should pipeline in 1 MiB blocks";
 }
 
-TEST(ExactSum, Bf16AndF16RoundLikeTheReference) {
+TEST(ExactSum, Bf16AndF16SmallIntegerSumsAreExact) {
   // 16-bit buckets: every hop sums in float32 and rounds to the bucket type.
-  // Small integers stay exact in both formats, so the result is exact.
+  // Small integers stay exact in both formats, so the result is exact. (How a
+  // hop rounds non-integers is checked per element against the portable
+  // conversions in IdentityCodec16.*, test_identity_codec.cc.)
   for (DType dt : {DType::kBF16, DType::kF16}) {
     for (Topology t : {Topology::kRing, Topology::kButterfly, Topology::kTwoStep}) {
       const int n = 4;
