@@ -250,6 +250,25 @@ TEST(CudaCollective, LosslessSameResultsAndBytesAsTheCpuCodecOnEveryRank) {
   }
 }
 
+// The collective on the host, in place on every rank's bucket (the oracle of
+// the device runs); every rank's stats.
+std::vector<CallStats> host_all_reduce(const CollectiveConfig& cfg, std::vector<std::vector<uint8_t>>& data,
+                                       DType dt, int64_t numel, ReduceOp op, uint64_t seq) {
+  const int n = int(data.size());
+  std::vector<CallStats> st(static_cast<size_t>(n));
+  InprocWorld world(n, std::chrono::seconds(120));
+  world.run([&](int r, Transport& tr) {
+    CallArgs a;
+    a.data = data[size_t(r)].data();
+    a.dtype = dt;
+    a.numel = numel;
+    a.op = op;
+    a.seq = seq;
+    st[size_t(r)] = all_reduce(tr, cfg, a);
+  });
+  return st;
+}
+
 // The whole collective driver (local pass, header, metadata all-reduce,
 // allocator, plan, execute, exact paths) with the buckets on the device
 // (CallArgs::device) and operations posted as for NCCL (posts_in_order),
@@ -283,19 +302,8 @@ TEST(CudaCollective, TheDriverOnTheDeviceEqualsTheHostInEveryMode) {
             }
             const ReduceOp op = n == 3 ? ReduceOp::kMean : ReduceOp::kSum;
             std::vector<std::vector<uint8_t>> host = input, dev_out(static_cast<size_t>(n));
-            std::vector<CallStats> hs(static_cast<size_t>(n)), ds(static_cast<size_t>(n));
-            {
-              InprocWorld world(n, std::chrono::seconds(120));
-              world.run([&](int r, Transport& tr) {
-                CallArgs a;
-                a.data = host[size_t(r)].data();
-                a.dtype = dt;
-                a.numel = numel;
-                a.op = op;
-                a.seq = 3;
-                hs[size_t(r)] = all_reduce(tr, cfg, a);
-              });
-            }
+            const std::vector<CallStats> hs = host_all_reduce(cfg, host, dt, numel, op, 3);
+            std::vector<CallStats> ds(static_cast<size_t>(n));
             {
               InprocWorld world(n, std::chrono::seconds(120), &cuda::device().memory());
               // posted as for NCCL (matched in posting order, no tags)
@@ -493,17 +501,7 @@ TEST(CudaCollective, TheDriverKeepsAllDeviceWorkOnTheCurrentStream) {
       std::memcpy(input[1].data() + 4 * 77, &v, 4);
     }
     std::vector<std::vector<uint8_t>> host = input;
-    {
-      InprocWorld world(n, std::chrono::seconds(120));
-      world.run([&](int r, Transport& tr) {
-        CallArgs a;
-        a.data = host[size_t(r)].data();
-        a.dtype = dt;
-        a.numel = numel;
-        a.seq = 5;
-        all_reduce(tr, cfg, a);
-      });
-    }
+    host_all_reduce(cfg, host, dt, numel, ReduceOp::kSum, 5);
     // buckets and streams made before the log starts (legacy calls of the test's own)
     std::vector<void*> bucket(static_cast<size_t>(n));
     std::vector<cudaStream_t> stream(static_cast<size_t>(n));

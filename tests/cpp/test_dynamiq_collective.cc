@@ -268,6 +268,17 @@ std::vector<float> dynamiq_all_reduce(std::vector<std::vector<float>> x, uint64_
   return x[0];
 }
 
+// n ranks' Gaussian vectors (seeds seed0 + r) and their exact sum.
+std::vector<std::vector<float>> gaussian_ranks(int n, int64_t numel, uint64_t seed0, std::vector<double>& sum) {
+  std::vector<std::vector<float>> x(static_cast<size_t>(n));
+  sum.assign(size_t(numel), 0.0);
+  for (int r = 0; r < n; ++r) {
+    x[size_t(r)] = gaussian(size_t(numel), seed0 + uint64_t(r));
+    for (int64_t i = 0; i < numel; ++i) sum[size_t(i)] += x[size_t(r)][size_t(i)];
+  }
+  return x;
+}
+
 // Super-groups with large means (20, 40, 60) and unit noise: the driver
 // subtracts each super-group's global mean before quantising, so the error is
 // that of the noise alone, within the bound FullPathEveryWorldSizeOneToSeventeen
@@ -276,16 +287,14 @@ std::vector<float> dynamiq_all_reduce(std::vector<std::vector<float>> x, uint64_
 TEST(DynamiqCollective, MeansAreSubtractedSoTheErrorIsThatOfTheSpread) {
   const int n = 4;
   const int64_t numel = 256 * 64;
-  std::vector<std::vector<float>> x(n);
-  std::vector<double> ref(size_t(numel), 0.0), noise(size_t(numel), 0.0);
-  for (int r = 0; r < n; ++r) {
-    x[size_t(r)] = gaussian(size_t(numel), 70 + uint64_t(r));
+  std::vector<double> noise;
+  std::vector<std::vector<float>> x = gaussian_ranks(n, numel, 70, noise);
+  std::vector<double> ref(size_t(numel), 0.0);
+  for (int r = 0; r < n; ++r)
     for (int64_t i = 0; i < numel; ++i) {
-      noise[size_t(i)] += x[size_t(r)][size_t(i)];
       x[size_t(r)][size_t(i)] += 20.0f * float((i / 256) % 3 + 1);
       ref[size_t(i)] += x[size_t(r)][size_t(i)];
     }
-  }
   const auto y = dynamiq_all_reduce(x, 1, true);
   double e = 0, s = 0;
   for (int64_t i = 0; i < numel; ++i) {
@@ -301,12 +310,8 @@ TEST(DynamiqCollective, MeansAreSubtractedSoTheErrorIsThatOfTheSpread) {
 TEST(DynamiqCollective, CorrelatedRoundingLowersTheErrorOfTheWholeCollective) {
   const int n = 4;
   const int64_t numel = 256 * 256;
-  std::vector<std::vector<float>> x(n);
-  std::vector<double> ref(size_t(numel), 0.0);
-  for (int r = 0; r < n; ++r) {
-    x[size_t(r)] = gaussian(size_t(numel), 90 + uint64_t(r));
-    for (int64_t i = 0; i < numel; ++i) ref[size_t(i)] += x[size_t(r)][size_t(i)];
-  }
+  std::vector<double> ref;
+  const std::vector<std::vector<float>> x = gaussian_ranks(n, numel, 90, ref);
   double ec = 0, ei = 0;
   for (uint64_t seq = 1; seq <= 4; ++seq) {
     const auto yc = dynamiq_all_reduce(x, seq, true), yi = dynamiq_all_reduce(x, seq, false);
@@ -324,12 +329,8 @@ TEST(DynamiqCollective, CorrelatedRoundingLowersTheErrorOfTheWholeCollective) {
 TEST(DynamiqCollective, EachSequenceNumberDrawsItsOwnRandomness) {
   const int n = 3;
   const int64_t numel = 256 * 128;
-  std::vector<std::vector<float>> x(n);
-  std::vector<double> ref(size_t(numel), 0.0);
-  for (int r = 0; r < n; ++r) {
-    x[size_t(r)] = gaussian(size_t(numel), 50 + uint64_t(r));
-    for (int64_t i = 0; i < numel; ++i) ref[size_t(i)] += x[size_t(r)][size_t(i)];
-  }
+  std::vector<double> ref;
+  const std::vector<std::vector<float>> x = gaussian_ranks(n, numel, 50, ref);
   const auto a = dynamiq_all_reduce(x, 11, true), b = dynamiq_all_reduce(x, 12, true);
   double ab = 0, aa = 0, bb = 0;
   for (int64_t i = 0; i < numel; ++i) {
