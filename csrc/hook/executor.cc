@@ -134,8 +134,8 @@ class BufferPool {
 // The calling thread's pool for `memory` (freed when the thread exits);
 // replaced after a failure, when the old one is parked (see park_on_failure).
 std::unique_ptr<BufferPool>& thread_pool_slot(const Memory& memory) {
-  thread_local std::map<const Memory*, std::unique_ptr<BufferPool>> pools;
-  std::unique_ptr<BufferPool>& pool = pools[&memory];
+  thread_local std::map<std::pair<const Memory*, int>, std::unique_ptr<BufferPool>> pools;
+  std::unique_ptr<BufferPool>& pool = pools[{&memory, memory.domain()}];
   if (!pool) pool = std::make_unique<BufferPool>(memory);
   return pool;
 }

@@ -304,6 +304,38 @@ PYBIND11_MODULE(_C, m) {
     return false;
 #endif
   });
+  // A stream of the group worker's own (python/dynamiq/_worker.py): created here
+  // rather than taken from torch's pool of 32 streams, which it would share with
+  // other workers, NCCL's streams and Future callbacks (each thread then adds
+  // its own cross-rank waits to the shared stream, and two ranks could
+  // interleave them differently and wait for each other).
+  m.def(
+      "new_cuda_stream",
+      [](int device) -> uintptr_t {
+#ifdef DYNAMIQ_WITH_CUDA
+        c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
+        cudaStream_t st = nullptr;
+        const cudaError_t e = cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking);
+        DQ_CHECK(e == cudaSuccess, std::string("dynamiq: cannot create a CUDA stream: ") + cudaGetErrorString(e));
+        return reinterpret_cast<uintptr_t>(st);
+#else
+        (void)device;
+        throw Error("dynamiq: this build has no CUDA support (built without nvcc)");
+#endif
+      },
+      py::arg("device"), "A new non-blocking CUDA stream on `device` (its handle); see destroy_cuda_stream.");
+  m.def(
+      "destroy_cuda_stream",
+      [](uintptr_t stream, int device) {
+#ifdef DYNAMIQ_WITH_CUDA
+        c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
+        cudaStreamDestroy(reinterpret_cast<cudaStream_t>(stream));  // (its pending work still completes)
+#else
+        (void)stream;
+        (void)device;
+#endif
+      },
+      py::arg("stream"), py::arg("device"));
   m.def("cpu_isa", [] { return dynamiq_cpu_isa(); },
         "The vector ISA of the CPU kernels: avx512 or avx2 (env DYNAMIQ_CPU_ISA=avx2 forces AVX2), "
         "generic in a build without AVX2 (the portable scalar kernels).");

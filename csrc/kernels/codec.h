@@ -168,6 +168,10 @@ class Memory {
   // Hands memory released earlier back to the system where the allocator keeps
   // it for reuse (a device's memory pool); called when a buffer pool shrinks.
   virtual void trim() const {}
+  // Which of this Memory's address spaces the calling thread allocates in now
+  // (the current device for a GPU; 0 for host memory): buffer pools are kept
+  // per (Memory, domain), so a buffer never moves to another device.
+  virtual int domain() const { return 0; }
   virtual void to_host(void* host_dst, const void* src, size_t bytes) const = 0;
   virtual void from_host(void* dst, const void* host_src, size_t bytes) const = 0;
 };

@@ -6,7 +6,8 @@ point-to-point traffic in the same order. The C++ driver releases the GIL,
 so the worker communicates while the autograd thread keeps computing.
 
 CUDA collectives run on a stream of the worker's own per device (a
-non-blocking stream from torch's pool): it waits for an event recorded after
+non-blocking stream made for it, not one of torch's pooled streams, which NCCL
+and Future callbacks share), with that device current: it waits for an event recorded after
 the bucket's producer (`api.ready_event`), and dynamiq's kernels, copies and
 waits go there, so they neither wait for the training's later kernels on its
 stream nor hold them up. The Future is completed on that stream too (torch
@@ -22,6 +23,8 @@ from typing import Callable, Dict, Optional
 
 import torch
 
+from . import _C
+
 _workers: Dict[str, "GroupWorker"] = {}
 _workers_lock = threading.Lock()
 
@@ -30,7 +33,7 @@ class GroupWorker:
     def __init__(self, group_name: str) -> None:
         self.group_name = group_name
         self._q: "queue.SimpleQueue" = queue.SimpleQueue()
-        self._streams: Dict[torch.device, "torch.cuda.Stream"] = {}  # used on the worker thread only
+        self._streams: Dict[torch.device, tuple] = {}  # device -> (ExternalStream, handle); worker thread only
         self._thread = threading.Thread(target=self._loop, name=f"dynamiq-{group_name}", daemon=True)
         self._thread.start()
 
@@ -46,11 +49,19 @@ class GroupWorker:
         """On the worker: makes its own stream for `device` current (nothing for CPU work)."""
         if device is None:
             return contextlib.nullcontext()
-        s = self._streams.get(device)
-        if s is None:
-            s = torch.cuda.Stream(device=device)
-            self._streams[device] = s
-        return torch.cuda.stream(s)
+        entry = self._streams.get(device)
+        if entry is None:
+            index = device.index if device.index is not None else torch.cuda.current_device()
+            handle = _C.new_cuda_stream(index)
+            entry = (torch.cuda.ExternalStream(handle, device=torch.device("cuda", index)), handle)
+            self._streams[device] = entry
+        ctx = contextlib.ExitStack()
+        # the device first: torch.cuda.stream alone would restore the thread's
+        # previous stream, of device 0, on exit, and so make a context on GPU 0
+        # in every process whose GPU is another
+        ctx.enter_context(torch.cuda.device(entry[0].device))
+        ctx.enter_context(torch.cuda.stream(entry[0]))
+        return ctx
 
     def on_worker(self) -> bool:
         """True on this worker's own thread (where callbacks of its futures run)."""
@@ -60,6 +71,7 @@ class GroupWorker:
         while True:
             item = self._q.get()
             if item is None:  # retired (retire_worker): the thread ends, and its buffers with it
+                self._close_streams()
                 return
             # one call per item, so that nothing of it (the closure, its tensor, the
             # Future and its value) outlives it while the loop waits for the next
@@ -68,6 +80,17 @@ class GroupWorker:
 
     def is_alive(self) -> bool:
         return self._thread.is_alive()
+
+    def _close_streams(self) -> None:
+        """Before the thread ends: its buffers are freed then, on no stream of ours, so
+        everything queued on its streams (sends still reading them) must be done."""
+        for s, handle in self._streams.values():
+            try:
+                s.synchronize()
+                _C.destroy_cuda_stream(handle, s.device.index)
+            except Exception:  # noqa: BLE001 - a broken device: nothing left to order
+                pass
+        self._streams.clear()
 
     def _run(self, fn: Callable[[], object], fut: torch.futures.Future, device: Optional[torch.device]) -> None:
         try:

@@ -324,6 +324,8 @@ def all_reduce(tensor: torch.Tensor, config: Optional[Config] = None,
 
     def work():
         wait_ready(tensor, ev)
+        if ev is not None:  # in use on our stream (and NCCL's): a caller that drops it unwaited
+            tensor.record_stream(torch.cuda.current_stream(tensor.device))  # must not free it under us
         run_collective(tensor, name, config, op, seq, device=device)
         return tensor
 

@@ -562,6 +562,39 @@ TEST(CudaCollective, TheDriverKeepsAllDeviceWorkOnTheCurrentStream) {
     }
   }
 }
+// A worker that runs collectives on two GPUs (one group used with tensors on
+// cuda:0 and cuda:1) keeps a buffer pool per device: a buffer made on one
+// device must never be handed to a collective on another (the emulator's
+// device ids are labels, so the test checks the pools, not the memory).
+TEST(CudaCollective, BufferPoolsArePerDevice) {
+  const int n = 2;
+  const int64_t numel = 256 * 40;
+  CollectiveConfig cfg;
+  cfg.mode = Mode::kDynamiq;
+  auto input = make_input(n, DType::kF32, numel);
+  std::vector<size_t> on1(static_cast<size_t>(n)), on0(static_cast<size_t>(n));
+  InprocWorld world(n, std::chrono::seconds(60), &cuda::device().memory());
+  world.run([&](int r, Transport& tr) {
+    ASSERT_EQ(cudaSetDevice(1), cudaSuccess);
+    void* d = nullptr;
+    ASSERT_EQ(cudaMalloc(&d, input[size_t(r)].size()), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(d, input[size_t(r)].data(), input[size_t(r)].size(), cudaMemcpyHostToDevice), cudaSuccess);
+    CallArgs a;
+    a.data = d;
+    a.numel = numel;
+    a.device = &cuda::device();
+    all_reduce(tr, cfg, a);
+    on1[size_t(r)] = executor_pool_bytes(&cuda::device_memory());
+    ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+    on0[size_t(r)] = executor_pool_bytes(&cuda::device_memory());
+    cudaFree(d);
+  });
+  for (int r = 0; r < n; ++r) {
+    EXPECT_GT(on1[size_t(r)], 0u) << "rank " << r;
+    EXPECT_EQ(on0[size_t(r)], 0u) << "rank " << r << ": device 1's buffers offered on device 0";
+  }
+}
+
 #endif
 
 }  // namespace

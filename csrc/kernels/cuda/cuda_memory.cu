@@ -53,6 +53,14 @@ cudaMemPool_t pool_for_current_device() {
     // trim_device_pool returns the rest when that pool shrinks
     uint64_t keep = UINT64_MAX;
     check(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep), "cudaMemPoolSetAttribute", 0);
+    // The pool is shared by every group's worker stream: a reuse that made one
+    // worker's stream wait for another's free (the driver may insert such a
+    // dependency under memory pressure) could order two groups' collectives
+    // differently on two ranks and deadlock them. Only reuse that is already
+    // ordered (opportunistic, event dependencies) stays allowed.
+    int no = 0;
+    check(cudaMemPoolSetAttribute(pool, cudaMemPoolReuseAllowInternalDependencies, &no), "cudaMemPoolSetAttribute",
+          0);
   }
   ps.pool[dev] = pool;
   return pool;
@@ -95,6 +103,9 @@ void device_free(void* p, cudaStream_t stream) {
 void trim_device_pool() {
   int dev = 0;
   if (cudaGetDevice(&dev) != cudaSuccess) return;
+  // frees not yet observed complete on the host count as in use: wait for them
+  // (trimming runs only when a buffer pool shrinks)
+  cudaStreamSynchronize(current_stream());
   Pools& ps = pools();
   std::lock_guard<std::mutex> lk(ps.mu);
   auto it = ps.pool.find(dev);
@@ -111,6 +122,10 @@ class DeviceMemory final : public Memory {
   void* allocate(size_t bytes) const override { return device_alloc(bytes, current_stream()); }
   void release(void* p) const override { device_free(p, current_stream()); }
   void trim() const override { trim_device_pool(); }
+  int domain() const override {
+    int dev = 0;
+    return cudaGetDevice(&dev) == cudaSuccess ? dev : 0;
+  }
   void to_host(void* dst, const void* src, size_t bytes) const override { copy(dst, src, bytes, cudaMemcpyDeviceToHost); }
   void from_host(void* dst, const void* src, size_t bytes) const override {
     copy(dst, src, bytes, cudaMemcpyHostToDevice);

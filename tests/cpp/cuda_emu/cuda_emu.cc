@@ -396,8 +396,16 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream) {
   return cudaSuccess;
 }
 
+thread_local int g_device = 0;
+
 cudaError_t cudaGetDevice(int* device) {
-  *device = 0;
+  *device = g_device;
+  return cudaSuccess;
+}
+
+cudaError_t cudaSetDevice(int device) {
+  if (device < 0) return fail(cudaErrorInvalidValue, "cudaSetDevice: negative device");
+  g_device = device;
   return cudaSuccess;
 }
 

@@ -35,6 +35,8 @@
 //     with cudaStreamCreateWithFlags are distinct handles, and the stream of
 //     every launch, copy, allocation and wait can be logged (api_log below),
 //     so tests can check which stream each piece of work was ordered on.
+//   - devices: cudaSetDevice/cudaGetDevice keep a current device id per host
+//     thread (cudaGetDeviceCount says 1; ids are only labels: one memory).
 //   - memory pools: cudaMallocFromPoolAsync / cudaFreeAsync allocate and free
 //     like cudaMalloc / cudaFree (at the call); whether the device reports
 //     pool support can be switched for tests of a fallback.
@@ -102,7 +104,7 @@ struct cudaMemPoolProps {
   unsigned short usage;
   unsigned char reserved[54];
 };
-enum cudaMemPoolAttr : int { cudaMemPoolAttrReleaseThreshold = 4 };
+enum cudaMemPoolAttr : int { cudaMemPoolReuseAllowInternalDependencies = 3, cudaMemPoolAttrReleaseThreshold = 4 };
 enum cudaDeviceAttr : int { cudaDevAttrMemoryPoolsSupported = 115 };
 
 struct uint3 {
@@ -135,6 +137,7 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned flags);
 cudaError_t cudaStreamDestroy(cudaStream_t stream);
 cudaError_t cudaDeviceSynchronize();
 cudaError_t cudaGetDevice(int* device);
+cudaError_t cudaSetDevice(int device);  // per host thread; every device shares the one emulated memory
 cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device);
 cudaError_t cudaMemPoolCreate(cudaMemPool_t* pool, const cudaMemPoolProps* props);
 cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t pool, cudaMemPoolAttr attr, void* value);
