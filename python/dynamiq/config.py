@@ -86,7 +86,8 @@ class Config:
         bytes of sent messages' buffers kept before waiting on the oldest
         send (rank-local; memory, not wire format).
       max_collective_bytes: a bucket of more bytes runs as several
-        collectives of at most this many bytes (equal slices), one after the
+        collectives of at most this many bytes (slices of one length, a
+        multiple of 4096 elements, the last one possibly shorter), one after the
         other, each with its own statistics, plan and randomness: bounds
         dynamiq's working memory, which grows with the bucket (DDP's first
         step all-reduces the whole model as one bucket). 0: never split.
