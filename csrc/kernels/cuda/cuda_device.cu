@@ -21,15 +21,6 @@ namespace {
 
 void check(cudaError_t e, const char* what) { cuda::check(e, "cuda device", what); }
 
-// A device allocation on the current stream, freed on scope exit (in stream order).
-struct DeviceBuffer {
-  void* p = nullptr;
-  explicit DeviceBuffer(size_t bytes) : p(device_alloc(bytes, current_stream())) {}
-  ~DeviceBuffer() { device_free(p, current_stream()); }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-};
-
 // *flag |= 1 if any value is inf or nan (all exponent bits set).
 __global__ void nonfinite_kernel(const void* data, DType dt, int64_t n, uint32_t* flag) {
   uint32_t bad = 0;
@@ -54,9 +45,10 @@ class CudaDevice final : public Device {
     if (numel <= 0) return false;
     const cudaStream_t st = current_stream();
     const int64_t units = ceil_div<int64_t>(numel, S);
-    DeviceBuffer stats_d(size_t(2 * units) * sizeof(float)), flag(sizeof(uint32_t));
+    DeviceArray<float> stats_d(size_t(2 * units), st);
+    DeviceArray<uint32_t> flag(1, st);
     check(cudaMemsetAsync(flag.p, 0, sizeof(uint32_t), st), "statistics");
-    check(cudaError_t(stats(data, dtype, numel, S, static_cast<float*>(stats_d.p), static_cast<uint32_t*>(flag.p),
+    check(cudaError_t(stats(data, dtype, numel, S, stats_d.p, flag.p,
                             st)),
           "statistics");
     uint32_t bad = 0;
@@ -70,10 +62,10 @@ class CudaDevice final : public Device {
   bool has_nonfinite(const void* data, DType dtype, int64_t numel) const override {
     if (numel <= 0) return false;
     const cudaStream_t st = current_stream();
-    DeviceBuffer flag(sizeof(uint32_t));
+    DeviceArray<uint32_t> flag(1, st);
     check(cudaMemsetAsync(flag.p, 0, sizeof(uint32_t), st), "non-finite scan");
     const unsigned grid = unsigned(std::min<int64_t>((numel + 255) / 256, 1024));
-    DQ_LAUNCH(nonfinite_kernel, grid, 256, 0, st)(data, dtype, numel, static_cast<uint32_t*>(flag.p));
+    DQ_LAUNCH(nonfinite_kernel, grid, 256, 0, st)(data, dtype, numel, flag.p);
     check(cudaGetLastError(), "non-finite scan");
     uint32_t bad = 0;
     check(cudaMemcpyAsync(&bad, flag.p, sizeof(bad), cudaMemcpyDeviceToHost, st), "non-finite scan");

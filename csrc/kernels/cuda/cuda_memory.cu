@@ -50,7 +50,7 @@ cudaMemPool_t pool_for_current_device() {
     check(cudaMemPoolCreate(&pool, &props), "cudaMemPoolCreate", 0);
     // keep freed memory for reuse (the default, 0, returns it at every
     // synchronisation); the executor's buffer pool bounds what is in use, and
-    // trim_device_pool returns the rest when that pool shrinks
+    // DeviceMemory::trim returns the rest when that pool shrinks
     uint64_t keep = UINT64_MAX;
     check(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep), "cudaMemPoolSetAttribute", 0);
     // The pool is shared by every group's worker stream: a reuse that made one
@@ -100,18 +100,6 @@ void device_free(void* p, cudaStream_t stream) {
   cudaFreeAsync(p, stream);
 }
 
-void trim_device_pool() {
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess) return;
-  // frees not yet observed complete on the host count as in use: wait for them
-  // (trimming runs only when a buffer pool shrinks)
-  cudaStreamSynchronize(current_stream());
-  Pools& ps = pools();
-  std::lock_guard<std::mutex> lk(ps.mu);
-  auto it = ps.pool.find(dev);
-  if (it != ps.pool.end() && it->second) cudaMemPoolTrimTo(it->second, 0);
-}
-
 namespace {
 
 // Copies between host and device memory run on the current stream and are
@@ -121,7 +109,18 @@ class DeviceMemory final : public Memory {
   std::string name() const override { return "cuda"; }
   void* allocate(size_t bytes) const override { return device_alloc(bytes, current_stream()); }
   void release(void* p) const override { device_free(p, current_stream()); }
-  void trim() const override { trim_device_pool(); }
+  // Returns the pool's free reservations on the current device to the driver.
+  void trim() const override {
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) return;
+    // frees not yet observed complete on the host count as in use: wait for them
+    // (trimming runs only when a buffer pool shrinks)
+    cudaStreamSynchronize(current_stream());
+    Pools& ps = pools();
+    std::lock_guard<std::mutex> lk(ps.mu);
+    auto it = ps.pool.find(dev);
+    if (it != ps.pool.end() && it->second) cudaMemPoolTrimTo(it->second, 0);
+  }
   int domain() const override {
     int dev = 0;
     return cudaGetDevice(&dev) == cudaSuccess ? dev : 0;

@@ -12,7 +12,8 @@
 // cudaFree, which synchronises the whole device (it would wait for the
 // backward pass still running on the training's stream), a free waits for
 // nothing. Devices without memory pools fall back to cudaMalloc / cudaFree.
-// Freed memory stays reserved in the pool for reuse until trim_device_pool.
+// Freed memory stays reserved in the pool for reuse until device_memory().trim()
+// (called when the executor's buffer pool shrinks).
 //
 // device_memory(): the Memory (../codec.h) the executor allocates its message
 // buffers and accumulator in when it runs the CUDA codecs (on current_stream()),
@@ -47,8 +48,20 @@ class StreamScope {
 void* device_alloc(size_t bytes, cudaStream_t stream);
 // Frees in stream order on `stream` (null p: nothing).
 void device_free(void* p, cudaStream_t stream);
-// Returns the pool's free reservations on the current device to the driver.
-void trim_device_pool();
+
+// n Ts of device memory in stream order on `stream`, freed (in stream order)
+// on scope exit: the scratch arrays of the passes and launchers.
+template <typename T>
+struct DeviceArray {
+  T* p = nullptr;
+  cudaStream_t stream;
+  DeviceArray(size_t n, cudaStream_t s) : stream(s) {
+    if (n) p = static_cast<T*>(device_alloc(n * sizeof(T), stream));
+  }
+  ~DeviceArray() { device_free(p, stream); }
+  DeviceArray(const DeviceArray&) = delete;
+  DeviceArray& operator=(const DeviceArray&) = delete;
+};
 
 const Memory& device_memory();
 

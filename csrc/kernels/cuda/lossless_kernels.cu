@@ -16,21 +16,6 @@ using namespace lossless;
 
 void check(cudaError_t e, const char* what) { cuda::check(e, "lossless CUDA", what); }
 
-// A device allocation in stream order on the launcher's stream, freed on scope
-// exit (launchers are not hot-path tuned: temporaries are small per-segment
-// arrays and tables; a stream-ordered free does not synchronise the device).
-template <typename T>
-struct DeviceBuf {
-  T* p = nullptr;
-  cudaStream_t stream;
-  DeviceBuf(size_t n, cudaStream_t s) : stream(s) {
-    if (n) p = static_cast<T*>(cuda::device_alloc(n * sizeof(T), stream));
-  }
-  ~DeviceBuf() { cuda::device_free(p, stream); }
-  DeviceBuf(const DeviceBuf&) = delete;
-  DeviceBuf& operator=(const DeviceBuf&) = delete;
-};
-
 constexpr int kThreads = 256;
 unsigned blocks_for(int64_t n) { return unsigned((n + kThreads - 1) / kThreads); }
 
@@ -140,7 +125,7 @@ __global__ void huff_decode_kernel(const uint8_t* streams, uint64_t total, int64
 }
 
 template <typename T>
-void upload(DeviceBuf<T>& d, const T* h, size_t n, cudaStream_t stream) {
+void upload(cuda::DeviceArray<T>& d, const T* h, size_t n, cudaStream_t stream) {
   if (n) check(cudaMemcpyAsync(d.p, h, n * sizeof(T), cudaMemcpyHostToDevice, stream), "upload");
 }
 
@@ -195,8 +180,8 @@ size_t lossless_encode_section_cuda(DType dtype, const LosslessEncodePlan& p, co
       check(cudaStreamSynchronize(stream), "const section");
       return 1;
     case ExpFormat::kZip: {
-      DeviceBuf<uint8_t> code_of(256, stream);
-      DeviceBuf<uint32_t> counts{static_cast<size_t>(S), stream}, start{static_cast<size_t>(S) + 1, stream};
+      cuda::DeviceArray<uint8_t> code_of(256, stream);
+      cuda::DeviceArray<uint32_t> counts{static_cast<size_t>(S), stream}, start{static_cast<size_t>(S) + 1, stream};
       upload(code_of, p.zip_code_of, 256, stream);
       DQ_LAUNCH(zip_count_kernel, blocks_for(S), kThreads, 0, stream)(exps, L.body, S, code_of.p, counts.p);
       check(cudaGetLastError(), "zip count kernel");
@@ -215,9 +200,9 @@ size_t lossless_encode_section_cuda(DType dtype, const LosslessEncodePlan& p, co
       return size_t(kZipTableBytes + 2 * S + 3 * G + int64_t(st.back()));
     }
     case ExpFormat::kHuffman: {
-      DeviceBuf<uint16_t> code(256, stream);
-      DeviceBuf<uint8_t> len(256, stream);
-      DeviceBuf<uint32_t> bytes{static_cast<size_t>(S), stream}, start{static_cast<size_t>(S) + 1, stream};
+      cuda::DeviceArray<uint16_t> code(256, stream);
+      cuda::DeviceArray<uint8_t> len(256, stream);
+      cuda::DeviceArray<uint32_t> bytes{static_cast<size_t>(S), stream}, start{static_cast<size_t>(S) + 1, stream};
       upload(code, p.huff_code, 256, stream);
       upload(len, p.huff_len, 256, stream);
       DQ_LAUNCH(huff_bytes_kernel, blocks_for(S), kThreads, 0, stream)(exps, L.body, S, len.p, bytes.p);
@@ -246,7 +231,7 @@ void lossless_decode_section_cuda(DType dtype, const LosslessDecodePlan& P, cons
   const Layout& L = P.layout;
   const uint8_t* sec = msg + L.static_bytes;
   const int64_t S = L.segments, G = L.groups;
-  DeviceBuf<int> error(1, stream);
+  cuda::DeviceArray<int> error(1, stream);
   check(cudaMemsetAsync(error.p, 0, sizeof(int), stream), "error flag");
   switch (P.format) {
     case ExpFormat::kPlain:
@@ -261,7 +246,7 @@ void lossless_decode_section_cuda(DType dtype, const LosslessDecodePlan& P, cons
       if (L.body) check(cudaMemsetAsync(exps, P.constant, size_t(L.body), stream), "const fill");
       break;
     case ExpFormat::kZip: {
-      DeviceBuf<uint32_t> start(P.seg_start.size(), stream);
+      cuda::DeviceArray<uint32_t> start(P.seg_start.size(), stream);
       upload(start, P.seg_start.data(), P.seg_start.size(), stream);
       ZipTable t;
       for (int i = 0; i < 8; ++i) t.t[i] = P.zip_table[i];
@@ -272,8 +257,8 @@ void lossless_decode_section_cuda(DType dtype, const LosslessDecodePlan& P, cons
       break;
     }
     case ExpFormat::kHuffman: {
-      DeviceBuf<uint32_t> start(P.seg_start.size(), stream);
-      DeviceBuf<uint16_t> table(P.huff_table.size(), stream);
+      cuda::DeviceArray<uint32_t> start(P.seg_start.size(), stream);
+      cuda::DeviceArray<uint16_t> table(P.huff_table.size(), stream);
       upload(start, P.seg_start.data(), P.seg_start.size(), stream);
       upload(table, P.huff_table.data(), P.huff_table.size(), stream);
       DQ_LAUNCH(huff_decode_kernel, blocks_for(S), kThreads, 0, stream)(sec + P.payload_offset, uint64_t(P.payload_bytes),
