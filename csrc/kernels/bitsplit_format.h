@@ -554,6 +554,11 @@ DQ_HD void bitsplit_group_params(const float* x, int cnt, const BitsplitFormat& 
   bitsplit_choose_scales(f, lo, hi, g);
 }
 
+// Scales below kBitsplitTinyScale are lifted by kBitsplitTinyLift (with the
+// values) before the reciprocal is taken: see bitsplit_quantize_group.
+constexpr float kBitsplitTinyScale = 0x1p-100f;
+constexpr float kBitsplitTinyLift = 0x1p100f;
+
 // Reciprocal of the scale used by the quantiser (0 for a zero scale).
 DQ_HD float bitsplit_rcp(float scale) { return scale > 0.0f ? 1.0f / scale : 0.0f; }
 
@@ -618,12 +623,24 @@ DQ_HD void bitsplit_quantize_group(const float* x, int cnt, const BitsplitGroup&
                                    uint8_t* codes) {
   const int G = f.group;
   const float Lf = float(f.levels());
-  const float rcp = bitsplit_rcp(g.scale);
   const float zero = g.zero;
-  if (stochastic) {
+  if (g.scale < kBitsplitTinyScale) {
+    // 1/scale overflows float for scales below 2^-128 (groups whose range is
+    // below ~1e-36): t = ((x - zero) * 2^100) * (1 / (scale * 2^100)), the
+    // power-of-two factors exact (x - zero is tiny here), so t is the same
+    // number the plain path computes wherever that does not overflow.
+    const float rcp = bitsplit_rcp(g.scale * kBitsplitTinyLift);
+    for (int i = 0; i < G; ++i) {
+      const float d = (x[i] - zero) * kBitsplitTinyLift;
+      codes[i] = uint8_t(stochastic ? bitsplit_quant_stochastic(d, 0.0f, rcp, Lf, u[i])
+                                    : bitsplit_quant_nearest(d, 0.0f, rcp, Lf));
+    }
+  } else if (stochastic) {
+    const float rcp = bitsplit_rcp(g.scale);
     for (int i = 0; i < G; ++i)
       codes[i] = uint8_t(bitsplit_quant_stochastic(x[i], zero, rcp, Lf, u[i]));
   } else {
+    const float rcp = bitsplit_rcp(g.scale);
     for (int i = 0; i < G; ++i) codes[i] = uint8_t(bitsplit_quant_nearest(x[i], zero, rcp, Lf));
   }
   for (int i = cnt; i < G; ++i) codes[i] = 0;

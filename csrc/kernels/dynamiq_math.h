@@ -186,13 +186,24 @@ DQ_HD uint32_t dq_round_up(float p, float pi, uint32_t w, uint32_t neg, const Dq
 
 // ---- scales -----------------------------------------------------------------------
 
-// The SG scale: M rounded up to bf16, saturated to the largest finite bf16 when
-// M is finite (inf/nan pass through: such a tile is already non-finite).
-DQ_HD uint16_t dq_sg_scale_bits(float M) {
+// A bf16 scale: M rounded up to bf16, saturated to the largest finite bf16 when
+// M is finite (inf/nan pass through: such a tile is already non-finite), and
+// raised to `min_bits` when 0 < M is below it. The floors keep every nonzero
+// normaliser a normal float with a finite reciprocal (below 2^-128 the
+// reciprocal overflows and the values would be coded as garbage):
+//  - SG scale (hierarchical): 2^-118, so that r/255 of it (r >= 1) is >= 2^-126;
+//  - flat group scale: 2^-126.
+// An SG (group) whose values are all below the floor is coded on a coarser
+// grid than its size would allow; still unbiased.
+constexpr uint16_t kDqMinSgScaleBits = 0x0480u;    // bf16 2^-118
+constexpr uint16_t kDqMinFlatScaleBits = 0x0080u;  // bf16 2^-126
+DQ_HD uint16_t dq_scale_bits(float M, uint16_t min_bits) {
   uint16_t h = f32_to_bf16_ceil_pos(M);
   if (h == 0x7f80u && M <= 3.4028234663852886e38f) h = 0x7f7fu;
+  if (h != 0 && h < min_bits) h = min_bits;
   return h;
 }
+DQ_HD uint16_t dq_sg_scale_bits(float M) { return dq_scale_bits(M, kDqMinSgScaleBits); }
 
 // Group scale code and the magnitude the values are normalised by.
 struct DqGroupScale {
@@ -204,6 +215,9 @@ struct DqGroupScale {
 DQ_HD DqGroupScale dq_group_scale_stochastic(float g, float Msg, const float* r255, uint32_t w) {
   DqGroupScale o{0, 0.0f, 0.0f};
   if (!(Msg > 0.0f)) return o;
+  // A nonzero group max is raised to the smallest normal float (Msg >= 2^-118
+  // exceeds it) so that 1/g is finite; it still bounds the group's values.
+  g = g > 0.0f && g < 1.17549435e-38f ? 1.17549435e-38f : g;
   float t = (g / Msg) * 255.0f;
   t = t < 255.0f ? t : 255.0f;  // also maps nan to 255
   t = t > 0.0f ? t : 0.0f;
@@ -252,7 +266,7 @@ DQ_HD DqGroupScale dq_group_scale_up(float g, float Msg, const float* r255) {
 
 // Flat (ablation): the group's own bf16 scale, rounded up.
 DQ_HD DqGroupScale dq_group_scale_flat(float g, uint16_t& bits) {
-  bits = dq_sg_scale_bits(g);
+  bits = dq_scale_bits(g, kDqMinFlatScaleBits);
   DqGroupScale o{0, bf16_to_f32(bits), 0.0f};
   o.inv = o.sc > 0.0f ? 1.0f / o.sc : 0.0f;
   return o;

@@ -457,6 +457,45 @@ TEST(BitsplitRounding, StochasticIsUnbiasedNearestIsNot) {
     }
 }
 
+// Groups whose scale is below 2^-128, where 1/scale overflows float: INT8 on
+// values of size 1e-37 (normal floats) and INT2/INT8 on 1e-40 (subnormal).
+// Every element within one step of its value, finite, and the stochastic
+// codes unbiased (before the fix: mean off by several times the values).
+TEST(BitsplitRounding, TinyScalesStayWithinAStepAndUnbiased) {
+  const int K = 2000;
+  const int G = 32;
+  const int64_t numel = 4 * G + 9;
+  for (int bits : {2, 8})
+    for (float mag : {1e-37f, 1e-40f})
+      for (bool sr : {false, true}) {
+        if (bits == 2 && mag > 1e-38f) continue;  // INT2's scale is not below 2^-128 there
+        auto v = gaussian(numel, 21, mag);
+        v[5] = 0.0f;
+        Bucket b = make_bucket(DType::kF32, v);
+        BitsplitCodec c = codec_of(bits, G, sr, false);
+        const std::string what = "bits=" + std::to_string(bits) + " mag=" + fmt_g(mag) +
+                                 " sr=" + std::to_string(sr);
+        auto parsed = parse_message(compress_all(c, b, rng_ctx(0, 0, 0, true)), (numel + G - 1) / G,
+                                    bits, G, sr, false, DType::kF32);
+        ASSERT_LT(parsed[0].scale, std::ldexp(1.0, -128)) << what << ": not a tiny scale";
+        std::vector<double> mean(size_t(numel), 0.0);
+        for (int k = 0; k < K; ++k) {
+          auto y = decompress_all(c, DType::kF32, numel, compress_all(c, b, rng_ctx(99, uint64_t(k), 1, true)));
+          for (int64_t i = 0; i < numel; ++i) {
+            const double s = parsed[size_t(i / G)].scale;
+            ASSERT_TRUE(std::isfinite(y[size_t(i)])) << what;
+            ASSERT_LE(std::abs(double(y[size_t(i)]) - v[size_t(i)]), s * 1.0001) << what << " i=" << i;
+            mean[size_t(i)] += y[size_t(i)];
+          }
+        }
+        for (int64_t i = 0; i < numel; ++i) {
+          const double s = parsed[size_t(i / G)].scale;
+          EXPECT_LE(std::abs(mean[size_t(i)] / K - double(v[size_t(i)])), 5.3 * (s / 2) / std::sqrt(double(K)))
+              << what << " i=" << i;
+        }
+      }
+}
+
 TEST(BitsplitRounding, NearestIsDeterministicStochasticDependsOnKeyAndRank) {
   const int64_t numel = 5000;
   Bucket b = make_bucket(DType::kF32, gaussian(numel, 3));

@@ -36,6 +36,10 @@ float bf16_up(float m) {
   }
 }
 
+// The SG scale the format specifies: M rounded up to bf16, and at least 2^-118
+// when M > 0 (dynamiq_math.h, dq_sg_scale_bits).
+float sg_scale(float m) { return m > 0 ? std::max(bf16_up(m), std::ldexp(1.0f, -118)) : 0.0f; }
+
 // ---- expected error, written out from the definitions --------------------------
 
 struct ErrModel {
@@ -69,7 +73,7 @@ ErrModel error_model(const std::vector<float>& x, int b, const DynamiqParams& pr
     for (size_t i = 0; i < size_t(S) && sg0 + i < n; ++i) t[i] = x[sg0 + i];
     float M = 0;
     for (float v : t) M = std::max(M, std::fabs(v));
-    const float Msg = bf16_up(M);
+    const float Msg = sg_scale(M);
     for (int k = 0; k < G; ++k) {
       float g = 0;
       for (int i = 0; i < s; ++i) g = std::max(g, std::fabs(t[size_t(k * s + i)]));
@@ -172,7 +176,7 @@ TEST(DynamiqCodec, SgScaleIsMaxRoundedUpAndGroupScalesNeverExceedIt) {
       float M = 0;
       for (int i = 0; i < 256; ++i) M = std::max(M, std::fabs(x[size_t(u * 256 + i)]));
       const uint8_t* sg = bytes.data() + u * sgb;
-      EXPECT_EQ(bf16_le(sg), bf16_up(M));
+      EXPECT_EQ(bf16_le(sg), sg_scale(M));
       // up-rounded group scales: the decoded scale covers the group max
       for (int k = 0; k < 16; ++k) {
         float g = 0;
@@ -194,10 +198,11 @@ TEST(DynamiqCodec, SgScaleIsMaxRoundedUpAndGroupScalesNeverExceedIt) {
 // sum z^2 < n + 6 sqrt(2n) (a 6-sigma bound, false alarm < 1e-6 even with the
 // chi2's right skew at n >= 256) and |mean z| < 5/sqrt(n). Elements the codec
 // never saw move (sd = 0: exact, or a rare outcome not drawn) must be close.
-void check_unbiased(const DynamiqParams& prm, int b, DType dt, bool corr, int world) {
+void check_unbiased(const DynamiqParams& prm, int b, DType dt, bool corr, int world, float mag = 1.0f) {
   DynamiqCodec codec(prm);
   const int64_t numel = 512;
   auto x = gaussian(size_t(numel), 100 + b);
+  for (auto& v : x) v *= mag;
   x[3] = 0.0f;
   x[300] = 0.0f;
   x[17] = -x[16];
@@ -258,6 +263,26 @@ TEST(DynamiqCodec, UnbiasedForEveryWidthFp32AndBf16) {
                        std::to_string(stoch_scales) + " world " + std::to_string(world));
           check_unbiased(prm, b, dt, true, world);
         }
+}
+
+// Values so small that a group's normaliser (r/255 of the SG scale) would be
+// below 2^-128 and its reciprocal would overflow: 1e-37 (normal values) and
+// 1e-39 (subnormal values). The SG scale's floor of 2^-118 keeps every
+// reciprocal finite, so the codes stay unbiased (before it: zeros decoded as
+// nonzero and small values pushed to the group scale).
+TEST(DynamiqCodec, UnbiasedForValuesNearAndBelowTheSmallestNormalFloat) {
+  for (float mag : {1e-37f, 1e-39f})
+    for (int b : {2, 4, 8})
+      for (int scales = 0; scales < 3; ++scales) {
+        DynamiqParams prm;
+        prm.stochastic_group_scales = scales == 1;
+        prm.fmt.hierarchical = scales != 2;
+        char m[32];
+        std::snprintf(m, sizeof m, "%g", double(mag));
+        SCOPED_TRACE(std::string("magnitude ") + m + " width " + std::to_string(b) +
+                     " scales " + (scales == 0 ? "up" : scales == 1 ? "stochastic" : "flat"));
+        check_unbiased(prm, b, DType::kF32, false, 1, mag);
+      }
 }
 
 TEST(DynamiqCodec, UnbiasedWithFlatScalesAndUniformLevels) {
@@ -422,7 +447,7 @@ void check_deterministic_bound(const std::vector<float>& x, int b, const char* w
     for (size_t sg0 = 0; sg0 < x.size(); sg0 += 256) {
       float M = 0;
       for (size_t i = sg0; i < std::min(x.size(), sg0 + 256); ++i) M = std::max(M, std::fabs(x[i]));
-      const float Msg = bf16_up(M);
+      const float Msg = sg_scale(M);
       for (size_t g0 = sg0; g0 < std::min(x.size(), sg0 + 256); g0 += 16) {
         float gm = 0;
         for (size_t i = g0; i < std::min(x.size(), g0 + 16); ++i) gm = std::max(gm, std::fabs(x[i]));
