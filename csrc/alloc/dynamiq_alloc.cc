@@ -286,6 +286,81 @@ int64_t exact_search(const std::vector<float>& f, const Problem& pr, int& passes
   return b;
 }
 
+// Ties at the margin. The rule at k (the chosen C) fits; the rule at some
+// k_prev < k (a smaller C) does not. Lowering C from k to k_prev upgrades SGs
+// one threshold crossing ("event": SG j from w[p] to w[p+1]) at a time, in
+// the order of c = F_j / K_p, largest first; SGs with equal F cross together,
+// which is why a pure threshold rule can leave most of the budget unused (a
+// pattern repeated across a bucket: 64 equal SGs at 4.5 bits all stay at 2
+// bits). This walks the events between the two rules in that order (equal c:
+// SG order) and applies them until the first that does not fit. So the
+// result is the rule at the smallest C that fits plus the first SGs, in SG
+// order, of the next set of equal statistics: deterministic (every rank walks
+// the same statistics in the same order), never over budget, a larger F never
+// gets fewer bits, and SGs with F = 0 (constant after the mean) gain nothing
+// and are never upgraded. The exact solver passes k_prev = k - 1, the fast
+// one the largest C it found over budget; when the walk reaches the first
+// event that does not fit, both end at the same widths (up to the rounding of
+// c against the float thresholds for two events within a double ulp).
+// Two counting passes decide whether any event could fit before the scan.
+// The fast solver's warm steps pass the last over-budget probe even when
+// its bracket did not close (at most kMaxLevels distinct c are walked).
+// Returns the number of events applied; updates widths, counts and bytes.
+int64_t fill_margin(const float* f, const Problem& pr, const Rule& r, const Rule& prev, uint8_t* widths,
+                    int64_t* count, int64_t& bytes) {
+  const int nt = pr.ws.count - 1;
+  int64_t at[4] = {0, 0, 0, 0}, at_prev[4] = {0, 0, 0, 0};
+  count_pass(f, pr.num_sg, r, at);
+  count_pass(f, pr.num_sg, prev, at_prev);
+  bool any = false;
+  for (int p = 0; p < nt; ++p) any |= at_prev[p] > at[p] && pr.fits(bytes + pr.sg_bytes[p + 1] - pr.sg_bytes[p]);
+  if (!any) return 0;
+  struct Event {
+    double c;
+    int64_t j;
+    int p;
+  };
+  std::vector<Event> ev;
+  for (int64_t j = 0; j < pr.num_sg; ++j) {
+    const float x = f[j];
+    if (!(x > 0.0f)) continue;
+    for (int p = 0; p < nt; ++p)
+      if (x < r.tf[p] && x >= prev.tf[p]) ev.push_back({double(x) / pr.factor[p], j, p});
+  }
+  // One level at a time: the events with the largest c left, in SG order.
+  // K_p grows with p, so an SG's lower crossing is always in an earlier level
+  // than its higher one. At most kMaxLevels levels (a wide fast-solver
+  // bracket on continuous statistics has many; ties make one): stopping
+  // between levels leaves a plain threshold rule, still valid.
+  constexpr int kMaxLevels = 16;
+  int64_t applied = 0;
+  for (int level = 0; level < kMaxLevels && !ev.empty(); ++level) {
+    double cmax = ev[0].c;
+    for (const Event& e : ev) cmax = e.c > cmax ? e.c : cmax;
+    size_t keep = 0;
+    bool full = false;
+    for (size_t i = 0; i < ev.size(); ++i) {
+      const Event& e = ev[i];
+      if (e.c == cmax && !full) {
+        const int64_t nb = bytes + pr.sg_bytes[e.p + 1] - pr.sg_bytes[e.p];
+        if (pr.fits(nb)) {
+          widths[e.j] = uint8_t(pr.ws.w[e.p + 1]);
+          --count[e.p];
+          ++count[e.p + 1];
+          bytes = nb;
+          ++applied;
+          continue;
+        }
+        full = true;  // the first event that does not fit ends the walk
+      }
+      ev[keep++] = e;
+    }
+    if (full) break;
+    ev.resize(keep);
+  }
+  return applied;
+}
+
 }  // namespace
 
 double dynamiq_scale_of_u(double u) {
@@ -377,17 +452,21 @@ AllocResult dynamiq_allocate(const float* sumsq, int64_t numel, const AllocParam
   std::vector<float> f(size_t(pr.num_sg));
   sanitize(sumsq, pr.num_sg, stride, f.data());
 
-  int64_t k_final;  // pattern of the chosen C
+  int64_t k_final;      // pattern of the chosen C
+  int64_t k_prev = -1;  // a smaller C known to be over budget, for fill_margin (-1: none)
   int passes = 0;
   const int64_t max_bytes = pr.num_sg * pr.sg_bytes[nt];
   if (pr.fits(max_bytes)) {
     k_final = 0;  // C = 0: every threshold 0, everything at the widest width
   } else if (params.solver == AllocSolver::kExact) {
     k_final = exact_search(f, pr, passes);
+    k_prev = k_final - 1;
   } else if (!(state.has_u && std::isfinite(state.u))) {
     // Fast solver, first step: there is no u to start from, so search once
     // exactly and round the scale up to the grid u lives on (never more bits).
-    k_final = std::min(kPatternInf, (exact_search(f, pr, passes) + kGrid - 1) & ~(kGrid - 1));
+    const int64_t k_exact = exact_search(f, pr, passes);
+    k_final = std::min(kPatternInf, (k_exact + kGrid - 1) & ~(kGrid - 1));
+    k_prev = k_exact - 1;
     state.has_u = true;
     state.u = u_of_k(k_final);
     state.step = double(kStepMin) / kTwo52;
@@ -433,6 +512,7 @@ AllocResult dynamiq_allocate(const float* sumsq, int64_t numel, const AllocParam
       else a = mid, a_probed = true;
     }
     k_final = b;
+    k_prev = a;  // C at a is over budget (a = 0: every SG at the widest width)
     // Next step starts at the best point that fits with the bracket width as
     // its first step; if one side was never found within the pass budget it
     // resumes the widening search where this step stopped.
@@ -453,11 +533,13 @@ AllocResult dynamiq_allocate(const float* sumsq, int64_t numel, const AllocParam
   // SGs per width from the counts at or above each threshold (one vectorised pass).
   int64_t above[5] = {pr.num_sg, 0, 0, 0, 0};
   count_pass(f.data(), pr.num_sg, r, above + 1);
-  for (int i = 0; i < pr.ws.count; ++i)
-    res.width_count[dynamiq_width_index(pr.ws.w[i])] = above[i] - (i + 1 < pr.ws.count ? above[i + 1] : 0);
+  int64_t count[5] = {0, 0, 0, 0, 0};  // per position in ws
+  for (int i = 0; i < pr.ws.count; ++i) count[i] = above[i] - (i + 1 < pr.ws.count ? above[i + 1] : 0);
   int64_t bytes = 0;
-  for (int i = 0; i < 5; ++i) bytes += res.width_count[i] * dynamiq_sg_bytes(kDynamiqWidths[i], params.format);
-  if (!pr.fits(bytes))  // cannot happen: every accepted k was checked
+  for (int i = 0; i < pr.ws.count; ++i) bytes += count[i] * pr.sg_bytes[i];
+  if (k_prev >= 0) res.tie_promoted = fill_margin(f.data(), pr, r, pr.rule(k_prev), widths_out, count, bytes);
+  for (int i = 0; i < pr.ws.count; ++i) res.width_count[dynamiq_width_index(pr.ws.w[i])] = count[i];
+  if (!pr.fits(bytes))  // cannot happen: every accepted k and promotion was checked
     throw Error("dynamiq allocator: internal error, allocation exceeds the budget");
   res.wire_bytes = bytes;
   res.bits_per_coord = 8.0 * double(bytes) / double(numel);

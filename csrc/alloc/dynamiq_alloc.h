@@ -32,6 +32,12 @@
 //    (which is this rule for W = {2,4,8}, u_paper = 4 - 4/log2(512/17) *
 //    log2 T(2,4)) to any set of allowed widths, so no fallback is needed.
 //
+// Ties: a threshold rule gives SGs with equal F the same width, so when the
+// smallest C that fits leaves budget over because the next smaller C would
+// upgrade a whole set of equal SGs at once (a pattern repeated across a
+// bucket), both solvers upgrade those margin SGs one by one in SG order while
+// the budget allows (AllocResult::tie_promoted). SGs elsewhere keep the rule.
+//
 // Determinism: the result depends only on the F values, the parameters and
 // the state, through integer arithmetic, IEEE float/double compares and one
 // correctly rounded multiplication per threshold. No libm call (log2/exp2
@@ -133,6 +139,9 @@ struct AllocResult {
   double bits_per_coord = 0.0;               // 8 * wire_bytes / numel
   // Thresholds between consecutive allowed widths: SGs with F >= threshold[p]
   // get at least width_hi[p]; threshold[p] = scale * K(width_lo[p], width_hi[p]).
+  // SGs below it get width_lo[p] except the tie_promoted ones: SGs whose F sits
+  // at the margin (with the next smaller scale they would all be upgraded,
+  // over budget) are upgraded one by one in SG order while the budget allows.
   int num_thresholds = 0;
   int width_lo[4] = {0, 0, 0, 0};
   int width_hi[4] = {0, 0, 0, 0};
@@ -140,6 +149,9 @@ struct AllocResult {
   double scale = 0.0;  // C (0: everything at the widest width)
   double u = 0.0;      // u of `scale` (see AllocState), in [-1024, 1023]
   int passes = 0;      // cost evaluations (fast warm step: passes over F; exact: bisection steps)
+  // SGs given the next wider width than the thresholds give them: SGs at the
+  // margin (equal statistics), promoted in SG order while the budget allows.
+  int64_t tie_promoted = 0;
 };
 
 // Validated allowed widths. Throws Error for an empty mask, a width outside

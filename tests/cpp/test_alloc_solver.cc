@@ -90,16 +90,24 @@ void check_budget(const AllocRun& r, int64_t numel, double bits, uint32_t mask, 
   }
 }
 
-// Larger F never gets fewer bits.
+// Larger F never gets fewer bits. Equal F may get two widths (ties at the
+// margin are promoted in SG order while the budget allows): then the wider
+// ones come first in SG order, and F = 0 SGs all share one width.
 void check_monotone(const std::vector<float>& f, const std::vector<uint8_t>& w) {
   std::vector<size_t> idx(f.size());
   for (size_t i = 0; i < idx.size(); ++i) idx[i] = i;
-  std::sort(idx.begin(), idx.end(), [&](size_t a, size_t b) { return test_sanitize(f[a]) < test_sanitize(f[b]); });
+  // by F, then by SG index (stable)
+  std::stable_sort(idx.begin(), idx.end(),
+                   [&](size_t a, size_t b) { return test_sanitize(f[a]) < test_sanitize(f[b]); });
   for (size_t i = 1; i < idx.size(); ++i) {
-    if (test_sanitize(f[idx[i]]) > test_sanitize(f[idx[i - 1]]))
+    const double fi = test_sanitize(f[idx[i]]), fp = test_sanitize(f[idx[i - 1]]);
+    if (fi > fp)
       ASSERT_GE(w[idx[i]], w[idx[i - 1]]) << "F=" << f[idx[i]] << " got fewer bits than F=" << f[idx[i - 1]];
+    else if (fi == 0)
+      ASSERT_EQ(w[idx[i]], w[idx[i - 1]]) << "SGs with F = 0, different widths";
     else
-      ASSERT_EQ(w[idx[i]], w[idx[i - 1]]) << "equal F, different widths";
+      ASSERT_LE(w[idx[i]], w[idx[i - 1]]) << "equal F=" << f[idx[i]] << ": SG " << idx[i]
+                                          << " is wider than the earlier SG " << idx[i - 1];
   }
 }
 
@@ -202,25 +210,36 @@ TEST(AllocThresholds, ExactSolverIsTheTightestRuleOfTheFamily) {
         struct Ev {
           double c;
           int p;
+          size_t sg;
         };
         std::vector<Ev> ev;
-        for (float x : f)
+        for (size_t j = 0; j < f.size(); ++j)
           for (size_t p = 0; p + 1 < ws.size(); ++p) {
             const int a = ws[p], b = ws[p + 1];
             const double k = std::pow(4.0, b) * (b - a) / (std::pow(4.0, b - a) - 1.0);
-            if (x > 0) ev.push_back({double(x) / k, int(p)});
+            if (f[j] > 0) ev.push_back({double(f[j]) / k, int(p), j});
           }
-        std::sort(ev.begin(), ev.end(), [](const Ev& a, const Ev& b) { return a.c > b.c; });
+        // by c descending, ties in SG order
+        std::sort(ev.begin(), ev.end(),
+                  [](const Ev& a, const Ev& b) { return a.c != b.c ? a.c > b.c : a.sg < b.sg; });
+        auto step_bytes = [&](const Ev& e) {
+          return dynamiq_sg_bytes(ws[size_t(e.p) + 1], {}) - dynamiq_sg_bytes(ws[size_t(e.p)], {});
+        };
+        auto fits = [&](int64_t b) { return double(8 * b) <= bits * double(numel); };
         int64_t bytes = int64_t(f.size()) * dynamiq_sg_bytes(ws[0], {});
         int64_t best = bytes;
         for (size_t i = 0; i < ev.size();) {
           size_t e = i;
           int64_t nb = bytes;
-          while (e < ev.size() && ev[e].c == ev[i].c) {
-            nb += dynamiq_sg_bytes(ws[size_t(ev[e].p) + 1], {}) - dynamiq_sg_bytes(ws[size_t(ev[e].p)], {});
-            ++e;
+          while (e < ev.size() && ev[e].c == ev[i].c) nb += step_bytes(ev[e++]);
+          if (!fits(nb)) {
+            // the first tie group that does not fit whole: its SGs in SG order,
+            // each while it still fits
+            for (size_t t = i; t < e; ++t)
+              if (fits(bytes + step_bytes(ev[t]))) bytes += step_bytes(ev[t]);
+            best = bytes;
+            break;
           }
-          if (double(8 * nb) > bits * double(numel)) break;
           bytes = best = nb;
           i = e;
         }
@@ -323,13 +342,31 @@ TEST(AllocBudget, RandomAndAdversarialStats) {
 
 TEST(AllocBudget, EdgeCasesHaveTheExpectedWidths) {
   const int64_t n = 1000, numel = n * 256;
-  // All equal: the widest width that fits for every SG (the rule cannot split ties).
+  // All equal: the widest width that fits for every SG, then as many SGs as
+  // fit one width wider, the first ones in SG order (ties are split).
   // Bytes per SG (S=256, s=16, hierarchical): 2: 82, 4: 146, 8: 274 -> 2.5625, 4.5625, 8.5625 bits.
+  const int64_t b2 = dynamiq_sg_bytes(2, {}), b4 = dynamiq_sg_bytes(4, {}), b8 = dynamiq_sg_bytes(8, {});
+  ASSERT_EQ(b2, 82);
+  ASSERT_EQ(b4, 146);
+  ASSERT_EQ(b8, 274);
+  auto budget_bytes = [&](double bits) { return int64_t(bits * double(numel) / 8); };
   for (AllocSolver s : {AllocSolver::kExact, AllocSolver::kFast}) {
     const std::vector<float> eq(size_t(n), 7.0f);
-    EXPECT_EQ(run(eq, numel, 4.5, kMaskDefault, s).res.width_count[1], n);
+    {
+      const AllocRun r = run(eq, numel, 4.5, kMaskDefault, s);
+      const int64_t up = (budget_bytes(4.5) - n * b2) / (b4 - b2);  // 968
+      EXPECT_EQ(r.res.width_count[2], up);
+      EXPECT_EQ(r.res.width_count[1], n - up);
+      EXPECT_EQ(r.res.tie_promoted, up);
+      for (int64_t j = 0; j < n; ++j) ASSERT_EQ(r.w[size_t(j)], j < up ? 4 : 2) << "SG " << j;
+    }
     EXPECT_EQ(run(eq, numel, 4.5625, kMaskDefault, s).res.width_count[2], n);
-    EXPECT_EQ(run(eq, numel, 8.5, kMaskDefault, s).res.width_count[2], n);
+    {
+      const AllocRun r = run(eq, numel, 8.5, kMaskDefault, s);
+      const int64_t up = (budget_bytes(8.5) - n * b4) / (b8 - b4);  // 984
+      EXPECT_EQ(r.res.width_count[3], up);
+      EXPECT_EQ(r.res.width_count[2], n - up);
+    }
     // Budget above the widest width: everything at the widest width.
     EXPECT_EQ(run(eq, numel, 8.5625, kMaskDefault, s).res.width_count[3], n);
     const std::vector<float> zeros(size_t(n), 0.0f);
@@ -342,7 +379,12 @@ TEST(AllocBudget, EdgeCasesHaveTheExpectedWidths) {
     one[500] = 1e30f;
     const AllocRun r = run(one, numel, 2.6, kMaskDefault, s);
     EXPECT_EQ(r.w[500], 8);
-    EXPECT_EQ(r.res.width_count[1], n - 1);
+    // and what is left goes to the first of the tied ones, one width up
+    const int64_t up = (budget_bytes(2.6) - (n - 1) * b2 - b8) / (b4 - b2);  // 15
+    EXPECT_EQ(r.res.width_count[2], up);
+    EXPECT_EQ(r.res.width_count[1], n - 1 - up);
+    EXPECT_EQ(r.w[size_t(up) - 1], 4);
+    EXPECT_EQ(r.w[size_t(up)], 2);
     // Overflowed statistic (inf) and NaN: treated as the largest.
     one[500] = std::numeric_limits<float>::infinity();
     one[501] = std::numeric_limits<float>::quiet_NaN();
@@ -355,6 +397,44 @@ TEST(AllocBudget, EdgeCasesHaveTheExpectedWidths) {
     // numel = 0: nothing to allocate, no error.
     EXPECT_EQ(run({}, 0, 5.0, kMaskDefault, s).res.num_sg, 0);
   }
+}
+
+// A bucket made of one pattern repeated (16 distinct statistics, 64 copies
+// each, some zero): a threshold rule moves the 64 copies of a statistic
+// together, so without splitting ties the budget is badly underused. Both
+// solvers, cold and warm, must give the same widths, use the budget to within
+// one upgrade, and upgrade the copies of a statistic in SG order.
+TEST(AllocTies, RepeatedPatternUsesTheBudgetAndBothSolversAgree) {
+  std::vector<float> pat = lognormal_stats(16, 2.0, 0.0, 41);
+  pat[3] = 0.0f;
+  const int64_t n = 16 * 64, numel = n * 256;
+  std::vector<float> f;
+  for (int c = 0; c < 64; ++c) f.insert(f.end(), pat.begin(), pat.end());
+  for (uint32_t mask : {kMaskDefault, kMaskAll, M(2) | M(8)})
+    for (double bits : {2.7, 3.5, 4.5, 5.0, 6.3, 8.0}) {
+      if (bits < dynamiq_min_feasible_bits(numel, mask, {})) continue;
+      SCOPED_TRACE("mask " + std::to_string(mask) + " bits " + std::to_string(bits));
+      const AllocRun ex = run(f, numel, bits, mask, AllocSolver::kExact);
+      check_budget(ex, numel, bits, mask);
+      check_monotone(f, ex.w);
+      const std::vector<int> ws = widths_of(mask);
+      int64_t step = 0;
+      for (size_t i = 0; i + 1 < ws.size(); ++i)
+        step = std::max(step, dynamiq_sg_bytes(ws[i + 1], {}) - dynamiq_sg_bytes(ws[i], {}));
+      const int64_t budget = int64_t(bits * double(numel) / 8);
+      const int64_t all_max = n * dynamiq_sg_bytes(ws.back(), {});
+      // within one (largest) upgrade of the budget, unless every nonzero SG is at the widest width
+      int64_t nonzero_narrow = 0;
+      for (size_t j = 0; j < f.size(); ++j) nonzero_narrow += f[j] > 0 && ex.w[j] < ws.back();
+      if (all_max > budget && nonzero_narrow > 0) {
+        EXPECT_GT(ex.res.wire_bytes, budget - step);
+      }
+      AllocState st;
+      for (int k = 0; k < 3; ++k) {
+        const AllocRun fa = run(f, numel, bits, mask, AllocSolver::kFast, &st);
+        ASSERT_EQ(fa.w, ex.w) << "fast step " << k;
+      }
+    }
 }
 
 TEST(AllocBudget, BelowMinimumNamesTheMinimum) {
