@@ -147,6 +147,22 @@ int main(int argc, char** argv) {
     for (auto& x : d.f) x = ud(g) < 0.2 ? 0.f : float(std::exp(nd(g)));
     data.push_back(std::move(d));
   }
+  {
+    // Ties (a threshold rule moves equal statistics together; fill_margin splits them):
+    // a 16-value log-normal pattern repeated, and every SG equal.
+    std::mt19937_64 g(2);
+    std::normal_distribution<double> nd(0, 3.0);
+    float pat[16];
+    for (auto& x : pat) x = float(std::exp(nd(g)));
+    Dataset t, e;
+    t.name = "tiled 16-value pattern";
+    e.name = "all equal";
+    t.f.resize(size_t(num_sg));
+    e.f.assign(size_t(num_sg), 7.0f);
+    for (int64_t j = 0; j < num_sg; ++j) t.f[size_t(j)] = pat[j % 16];
+    data.push_back(std::move(t));
+    data.push_back(std::move(e));
+  }
   if (argc > 4) {
     FILE* fp = std::fopen(argv[4], "rb");
     if (!fp) {

@@ -302,61 +302,59 @@ int64_t exact_search(const std::vector<float>& f, const Problem& pr, int& passes
 // one the largest C it found over budget; when the walk reaches the first
 // event that does not fit, both end at the same widths (up to the rounding of
 // c against the float thresholds for two events within a double ulp).
-// Two counting passes decide whether any event could fit before the scan.
+// The budget left and one counting pass decide whether any event could fit
+// before the scan.
 // The fast solver's warm steps pass the last over-budget probe even when
 // its bracket did not close (at most kMaxLevels distinct c are walked).
 // Returns the number of events applied; updates widths, counts and bytes.
-int64_t fill_margin(const float* f, const Problem& pr, const Rule& r, const Rule& prev, uint8_t* widths,
-                    int64_t* count, int64_t& bytes) {
+int64_t fill_margin(const float* f, const Problem& pr, const Rule& r, const int64_t* at, const Rule& prev,
+                    uint8_t* widths, int64_t* count, int64_t& bytes) {
   const int nt = pr.ws.count - 1;
-  int64_t at[4] = {0, 0, 0, 0}, at_prev[4] = {0, 0, 0, 0};
-  count_pass(f, pr.num_sg, r, at);
+  bool room = false;  // (most calls end here: less than one upgrade of budget left)
+  for (int p = 0; p < nt; ++p) room |= pr.fits(bytes + pr.sg_bytes[p + 1] - pr.sg_bytes[p]);
+  if (!room) return 0;
+  int64_t at_prev[4] = {0, 0, 0, 0};
   count_pass(f, pr.num_sg, prev, at_prev);
   bool any = false;
   for (int p = 0; p < nt; ++p) any |= at_prev[p] > at[p] && pr.fits(bytes + pr.sg_bytes[p + 1] - pr.sg_bytes[p]);
   if (!any) return 0;
-  struct Event {
-    double c;
-    int64_t j;
-    int p;
-  };
-  std::vector<Event> ev;
-  for (int64_t j = 0; j < pr.num_sg; ++j) {
-    const float x = f[j];
-    if (!(x > 0.0f)) continue;
-    for (int p = 0; p < nt; ++p)
-      if (x < r.tf[p] && x >= prev.tf[p]) ev.push_back({double(x) / pr.factor[p], j, p});
-  }
   // One level at a time: the events with the largest c left, in SG order.
-  // K_p grows with p, so an SG's lower crossing is always in an earlier level
-  // than its higher one. At most kMaxLevels levels (a wide fast-solver
-  // bracket on continuous statistics has many; ties make one): stopping
-  // between levels leaves a plain threshold rule, still valid.
+  // Within a threshold p, c = F / K_p orders like F, so a level is found from
+  // the largest candidate F per threshold (one pass, no division per SG),
+  // then applied in SG order (a second pass that stops at the first event
+  // that does not fit). K_p grows with p, so an SG's lower crossing always
+  // comes in an earlier level than its higher one. At most kMaxLevels levels
+  // (a wide fast-solver bracket on continuous statistics has many; ties make
+  // one): stopping between levels leaves a plain threshold rule, still valid.
   constexpr int kMaxLevels = 16;
   int64_t applied = 0;
-  for (int level = 0; level < kMaxLevels && !ev.empty(); ++level) {
-    double cmax = ev[0].c;
-    for (const Event& e : ev) cmax = e.c > cmax ? e.c : cmax;
-    size_t keep = 0;
-    bool full = false;
-    for (size_t i = 0; i < ev.size(); ++i) {
-      const Event& e = ev[i];
-      if (e.c == cmax && !full) {
-        const int64_t nb = bytes + pr.sg_bytes[e.p + 1] - pr.sg_bytes[e.p];
-        if (pr.fits(nb)) {
-          widths[e.j] = uint8_t(pr.ws.w[e.p + 1]);
-          --count[e.p];
-          ++count[e.p + 1];
-          bytes = nb;
-          ++applied;
-          continue;
-        }
-        full = true;  // the first event that does not fit ends the walk
+  for (int level = 0; level < kMaxLevels; ++level) {
+    float fmax[4] = {0, 0, 0, 0};  // largest candidate F per threshold (0: none)
+    for (int64_t j = 0; j < pr.num_sg; ++j) {
+      const float x = f[j];
+      for (int p = 0; p < nt; ++p) {
+        const bool cand = x > fmax[p] && x < r.tf[p] && x >= prev.tf[p] && widths[j] == pr.ws.w[p];
+        fmax[p] = cand ? x : fmax[p];
       }
-      ev[keep++] = e;
     }
-    if (full) break;
-    ev.resize(keep);
+    double cmax = 0.0;
+    for (int p = 0; p < nt; ++p)
+      if (fmax[p] > 0.0f) cmax = std::max(cmax, double(fmax[p]) / pr.factor[p]);
+    if (!(cmax > 0.0)) break;
+    bool on[4] = {false, false, false, false};  // thresholds whose candidates form this level
+    for (int p = 0; p < nt; ++p) on[p] = fmax[p] > 0.0f && double(fmax[p]) / pr.factor[p] == cmax;
+    for (int64_t j = 0; j < pr.num_sg; ++j) {
+      for (int p = 0; p < nt; ++p) {
+        if (!on[p] || f[j] != fmax[p] || widths[j] != pr.ws.w[p]) continue;
+        const int64_t nb = bytes + pr.sg_bytes[p + 1] - pr.sg_bytes[p];
+        if (!pr.fits(nb)) return applied;  // the first event that does not fit ends the walk
+        widths[j] = uint8_t(pr.ws.w[p + 1]);
+        --count[p];
+        ++count[p + 1];
+        bytes = nb;
+        ++applied;
+      }
+    }
   }
   return applied;
 }
@@ -537,7 +535,8 @@ AllocResult dynamiq_allocate(const float* sumsq, int64_t numel, const AllocParam
   for (int i = 0; i < pr.ws.count; ++i) count[i] = above[i] - (i + 1 < pr.ws.count ? above[i + 1] : 0);
   int64_t bytes = 0;
   for (int i = 0; i < pr.ws.count; ++i) bytes += count[i] * pr.sg_bytes[i];
-  if (k_prev >= 0) res.tie_promoted = fill_margin(f.data(), pr, r, pr.rule(k_prev), widths_out, count, bytes);
+  if (k_prev >= 0)
+    res.tie_promoted = fill_margin(f.data(), pr, r, above + 1, pr.rule(k_prev), widths_out, count, bytes);
   for (int i = 0; i < pr.ws.count; ++i) res.width_count[dynamiq_width_index(pr.ws.w[i])] = count[i];
   if (!pr.fits(bytes))  // cannot happen: every accepted k and promotion was checked
     throw Error("dynamiq allocator: internal error, allocation exceeds the budget");
