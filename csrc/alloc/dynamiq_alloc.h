@@ -35,8 +35,13 @@
 // Ties: a threshold rule gives SGs with equal F the same width, so when the
 // smallest C that fits leaves budget over because the next smaller C would
 // upgrade a whole set of equal SGs at once (a pattern repeated across a
-// bucket), both solvers upgrade those margin SGs one by one in SG order while
-// the budget allows (AllocResult::tie_promoted). SGs elsewhere keep the rule.
+// bucket), both solvers then take the upgrades a smaller C would make one at
+// a time, in the order lowering C makes them (F/K largest first, equal ones in
+// SG order), until the first that does not fit (AllocResult::tie_promoted).
+// The exact solver's result is the rule at its C plus a prefix, in SG order,
+// of the next equal-statistics set; the fast solver walks from its last
+// over-budget probe (at most 16 distinct F/K values) and, when the walk gets
+// there, ends at the same widths.
 //
 // Determinism: the result depends only on the F values, the parameters and
 // the state, through integer arithmetic, IEEE float/double compares and one
@@ -139,9 +144,8 @@ struct AllocResult {
   double bits_per_coord = 0.0;               // 8 * wire_bytes / numel
   // Thresholds between consecutive allowed widths: SGs with F >= threshold[p]
   // get at least width_hi[p]; threshold[p] = scale * K(width_lo[p], width_hi[p]).
-  // SGs below it get width_lo[p] except the tie_promoted ones: SGs whose F sits
-  // at the margin (with the next smaller scale they would all be upgraded,
-  // over budget) are upgraded one by one in SG order while the budget allows.
+  // SGs below it get width_lo[p] except those of the tie_promoted upgrades
+  // (see "Ties" above).
   int num_thresholds = 0;
   int width_lo[4] = {0, 0, 0, 0};
   int width_hi[4] = {0, 0, 0, 0};
@@ -149,8 +153,7 @@ struct AllocResult {
   double scale = 0.0;  // C (0: everything at the widest width)
   double u = 0.0;      // u of `scale` (see AllocState), in [-1024, 1023]
   int passes = 0;      // cost evaluations (fast warm step: passes over F; exact: bisection steps)
-  // SGs given the next wider width than the thresholds give them: SGs at the
-  // margin (equal statistics), promoted in SG order while the budget allows.
+  // One-width upgrades beyond the thresholds' widths ("Ties" above).
   int64_t tie_promoted = 0;
 };
 
