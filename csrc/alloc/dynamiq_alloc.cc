@@ -286,75 +286,189 @@ int64_t exact_search(const std::vector<float>& f, const Problem& pr, int& passes
   return b;
 }
 
+// Per threshold p < nt, the largest f[j] in [lo[p], hi[p]) (0 if none), in
+// one pass. The statistics are sanitised (finite, >= 0) and the bounds >= 0,
+// so their bit patterns order like their values: integer compares and maxima
+// vectorise where float ones under -ftrapping-math stay branches.
+template <int NT>
+void window_max_n(const float* f, int64_t n, const float* lo, const float* hi, float* out) {
+  int32_t lb[4] = {0, 0, 0, 0}, hb[4] = {0, 0, 0, 0};
+  for (int p = 0; p < NT; ++p) lb[p] = int32_t(f32_bits(lo[p])), hb[p] = int32_t(f32_bits(hi[p]));
+  int32_t m0 = 0, m1 = 0, m2 = 0, m3 = 0;
+  for (int64_t j = 0; j < n; ++j) {
+    int32_t xb;
+    std::memcpy(&xb, f + j, 4);
+    const int32_t v0 = (xb >= lb[0]) & (xb < hb[0]) ? xb : 0;
+    m0 = v0 > m0 ? v0 : m0;
+    if constexpr (NT > 1) {
+      const int32_t v1 = (xb >= lb[1]) & (xb < hb[1]) ? xb : 0;
+      m1 = v1 > m1 ? v1 : m1;
+    }
+    if constexpr (NT > 2) {
+      const int32_t v2 = (xb >= lb[2]) & (xb < hb[2]) ? xb : 0;
+      m2 = v2 > m2 ? v2 : m2;
+    }
+    if constexpr (NT > 3) {
+      const int32_t v3 = (xb >= lb[3]) & (xb < hb[3]) ? xb : 0;
+      m3 = v3 > m3 ? v3 : m3;
+    }
+  }
+  const int32_t m[4] = {m0, m1, m2, m3};
+  for (int p = 0; p < NT; ++p) out[p] = bits_f32(uint32_t(m[p]));
+}
+
+void window_max(const float* f, int64_t n, int nt, const float* lo, const float* hi, float* out) {
+  switch (nt) {
+    case 1: window_max_n<1>(f, n, lo, hi, out); break;
+    case 2: window_max_n<2>(f, n, lo, hi, out); break;
+    case 3: window_max_n<3>(f, n, lo, hi, out); break;
+    case 4: window_max_n<4>(f, n, lo, hi, out); break;
+    default: break;
+  }
+}
+
 // Ties at the margin. The rule at k (the chosen C) fits; the rule at some
 // k_prev < k (a smaller C) does not. Lowering C from k to k_prev upgrades SGs
 // one threshold crossing ("event": SG j from w[p] to w[p+1]) at a time, in
 // the order of c = F_j / K_p, largest first; SGs with equal F cross together,
 // which is why a pure threshold rule can leave most of the budget unused (a
 // pattern repeated across a bucket: 64 equal SGs at 4.5 bits all stay at 2
-// bits). This walks the events between the two rules in that order (equal c:
-// SG order) and applies them until the first that does not fit. So the
-// result is the rule at the smallest C that fits plus the first SGs, in SG
-// order, of the next set of equal statistics: deterministic (every rank walks
-// the same statistics in the same order), never over budget, a larger F never
-// gets fewer bits, and SGs with F = 0 (constant after the mean) gain nothing
-// and are never upgraded. The exact solver passes k_prev = k - 1, the fast
-// one the largest C it found over budget; when the walk reaches the first
-// event that does not fit, both end at the same widths (up to the rounding of
-// c against the float thresholds for two events within a double ulp).
-// The budget left and one counting pass decide whether any event could fit
-// before the scan.
-// The fast solver's warm steps pass the last over-budget probe even when
-// its bracket did not close (at most kMaxLevels distinct c are walked).
-// Returns the number of events applied; updates widths, counts and bytes.
+// bits). This walks the events between the two rules ("the window") level by
+// level, a level being the events of one value of c: a level that fits whole
+// is applied whole (that is just a smaller C); in the first level that does
+// not, the events are applied in SG order, each if it still fits, and the
+// walk ends there. So the exact solver's result (k_prev = k - 1) is the rule
+// at the smallest C that fits plus, in SG order, as many as fit of the next
+// upgrades of equal F/K (in practice: of equal statistics). Deterministic
+// (every rank walks the same statistics in the same order), never over
+// budget, and a larger F never gets fewer bits (within a level only upgrades
+// of one cost compete for the same width); SGs with F = 0 (constant after the
+// mean) gain nothing and are never upgraded.
+// Cost: the budget left decides at once in most calls (less than one upgrade
+// left); otherwise one counting pass sizes the window. A small window (up to
+// kMaxGathered upgrades or 1/16 of the SGs) is gathered in one pass and each
+// of at most kMaxLevels levels is a pass over it. A large one (ties across
+// the bucket, or the fast solver's bracket left open by a jump in the
+// statistics) is walked by two passes over all SGs per level, for at most 4
+// levels, or 1 when the bracket is open (`closed` false). The fast solver
+// passes its last over-budget probe; when the walk reaches the level that
+// does not fit whole, it ends at the exact solver's widths.
+// Returns the number of upgrades made; updates widths, counts, bytes and
+// fill_passes (its passes over all SGs).
 int64_t fill_margin(const float* f, const Problem& pr, const Rule& r, const int64_t* at, const Rule& prev,
-                    uint8_t* widths, int64_t* count, int64_t& bytes) {
+                    bool closed, uint8_t* widths, int64_t* count, int64_t& bytes, int& fill_passes) {
+  constexpr int kMaxLevels = 16;
+  constexpr int64_t kMaxGathered = 4096;  // (or 1/16 of the SGs)
   const int nt = pr.ws.count - 1;
-  bool room = false;  // (most calls end here: less than one upgrade of budget left)
+  bool room = false;
   for (int p = 0; p < nt; ++p) room |= pr.fits(bytes + pr.sg_bytes[p + 1] - pr.sg_bytes[p]);
   if (!room) return 0;
   int64_t at_prev[4] = {0, 0, 0, 0};
   count_pass(f, pr.num_sg, prev, at_prev);
+  ++fill_passes;
+  int64_t window = 0;
   bool any = false;
-  for (int p = 0; p < nt; ++p) any |= at_prev[p] > at[p] && pr.fits(bytes + pr.sg_bytes[p + 1] - pr.sg_bytes[p]);
+  for (int p = 0; p < nt; ++p) {
+    window += at_prev[p] - at[p];
+    any |= at_prev[p] > at[p] && pr.fits(bytes + pr.sg_bytes[p + 1] - pr.sg_bytes[p]);
+  }
   if (!any) return 0;
-  // One level at a time: the events with the largest c left, in SG order.
-  // Within a threshold p, c = F / K_p orders like F, so a level is found from
-  // the largest candidate F per threshold (one pass, no division per SG),
-  // then applied in SG order (a second pass that stops at the first event
-  // that does not fit). K_p grows with p, so an SG's lower crossing always
-  // comes in an earlier level than its higher one. At most kMaxLevels levels
-  // (a wide fast-solver bracket on continuous statistics has many; ties make
-  // one): stopping between levels leaves a plain threshold rule, still valid.
-  constexpr int kMaxLevels = 16;
   int64_t applied = 0;
-  for (int level = 0; level < kMaxLevels; ++level) {
-    float fmax[4] = {0, 0, 0, 0};  // largest candidate F per threshold (0: none)
-    for (int64_t j = 0; j < pr.num_sg; ++j) {
-      const float x = f[j];
-      for (int p = 0; p < nt; ++p) {
-        const bool cand = x > fmax[p] && x < r.tf[p] && x >= prev.tf[p] && widths[j] == pr.ws.w[p];
-        fmax[p] = cand ? x : fmax[p];
+  if (window > std::max(kMaxGathered, pr.num_sg / 16)) {
+    // A large window: levels found and applied by passes over all SGs (two
+    // per level), at most a few (closed: the one-ulp margin holds a value per
+    // threshold) or, for an open bracket, one: the first set of upgrades,
+    // which is the whole tie when the statistics tie (all SGs equal).
+    // cur[p]: the threshold p after the levels applied so far. An SG with
+    // F = fmax[p] is at width w[p]: were it below cur[p-1], its crossing of
+    // p-1 would have the larger c and have come first.
+    float cur[4] = {r.tf[0], r.tf[1], r.tf[2], r.tf[3]};
+    const int levels = closed ? 4 : 1;
+    for (int level = 0; level < levels; ++level) {
+      float fmax[4] = {0, 0, 0, 0};  // largest F of the window left, per threshold (0: none)
+      window_max(f, pr.num_sg, nt, prev.tf, cur, fmax);
+      double cmax = 0.0;
+      for (int p = 0; p < nt; ++p)
+        if (fmax[p] > 0.0f) cmax = std::max(cmax, double(fmax[p]) / pr.factor[p]);
+      if (!(cmax > 0.0)) break;
+      bool on[4] = {false, false, false, false};
+      for (int p = 0; p < nt; ++p) on[p] = fmax[p] > 0.0f && double(fmax[p]) / pr.factor[p] == cmax;
+      bool skipped = false;
+      // this level's values as bit patterns (-1: no sanitised F has it)
+      int32_t lv[4] = {-1, -1, -1, -1};
+      for (int p = 0; p < nt; ++p) lv[p] = on[p] ? int32_t(f32_bits(fmax[p])) : -1;
+      for (int64_t j = 0; j < pr.num_sg; ++j) {
+        int32_t xb;
+        std::memcpy(&xb, f + j, 4);
+        if (!((xb == lv[0]) | (xb == lv[1]) | (xb == lv[2]) | (xb == lv[3]))) continue;
+        for (int p = 0; p < nt; ++p) {
+          if (xb != lv[p]) continue;
+          const int64_t nb = bytes + pr.sg_bytes[p + 1] - pr.sg_bytes[p];
+          if (!pr.fits(nb)) {
+            skipped = true;
+            continue;
+          }
+          widths[j] = uint8_t(pr.ws.w[p + 1]);
+          --count[p];
+          ++count[p + 1];
+          bytes = nb;
+          ++applied;
+        }
       }
+      fill_passes += 2;
+      if (skipped) break;
+      for (int p = 0; p < nt; ++p)
+        if (on[p]) cur[p] = fmax[p];
     }
-    double cmax = 0.0;
+    return applied;
+  }
+  // A small window: its upgrades gathered in one pass, then each level is a
+  // pass over them only.
+  struct Event {
+    double c;
+    int64_t j;
+    int p;
+  };
+  std::vector<Event> ev;
+  ev.reserve(size_t(window));
+  // bit patterns (see window_max_n); the window is [prev.tf[p], r.tf[p]) per p,
+  // and prev.tf[0] <= prev.tf[p]: an SG below it is in no window
+  int32_t lb[4] = {0, 0, 0, 0}, hb[4] = {0, 0, 0, 0};
+  for (int p = 0; p < nt; ++p) lb[p] = int32_t(f32_bits(prev.tf[p])), hb[p] = int32_t(f32_bits(r.tf[p]));
+  const int32_t top = hb[nt - 1];
+  for (int64_t j = 0; j < pr.num_sg; ++j) {  // SG order; an SG's lower threshold first
+    int32_t xb;
+    std::memcpy(&xb, f + j, 4);
+    if ((xb < lb[0]) | (xb >= top) | (xb == 0)) continue;
     for (int p = 0; p < nt; ++p)
-      if (fmax[p] > 0.0f) cmax = std::max(cmax, double(fmax[p]) / pr.factor[p]);
-    if (!(cmax > 0.0)) break;
-    bool on[4] = {false, false, false, false};  // thresholds whose candidates form this level
-    for (int p = 0; p < nt; ++p) on[p] = fmax[p] > 0.0f && double(fmax[p]) / pr.factor[p] == cmax;
-    for (int64_t j = 0; j < pr.num_sg; ++j) {
-      for (int p = 0; p < nt; ++p) {
-        if (!on[p] || f[j] != fmax[p] || widths[j] != pr.ws.w[p]) continue;
-        const int64_t nb = bytes + pr.sg_bytes[p + 1] - pr.sg_bytes[p];
-        if (!pr.fits(nb)) return applied;  // the first event that does not fit ends the walk
-        widths[j] = uint8_t(pr.ws.w[p + 1]);
-        --count[p];
-        ++count[p + 1];
-        bytes = nb;
-        ++applied;
+      if ((xb < hb[p]) & (xb >= lb[p])) ev.push_back({double(f[j]) / pr.factor[p], j, p});
+  }
+  ++fill_passes;
+  // K_p grows with p, so an SG's lower crossing has the larger c: it is
+  // always in an earlier level than its higher one.
+  for (int level = 0; level < kMaxLevels && !ev.empty(); ++level) {
+    double cmax = ev[0].c;
+    for (const Event& e : ev) cmax = e.c > cmax ? e.c : cmax;
+    size_t keep = 0;
+    bool skipped = false;
+    for (const Event& e : ev) {
+      if (e.c != cmax) {
+        ev[keep++] = e;
+        continue;
       }
+      const int64_t nb = bytes + pr.sg_bytes[e.p + 1] - pr.sg_bytes[e.p];
+      if (!pr.fits(nb)) {
+        skipped = true;
+        continue;
+      }
+      widths[e.j] = uint8_t(pr.ws.w[e.p + 1]);
+      --count[e.p];
+      ++count[e.p + 1];
+      bytes = nb;
+      ++applied;
     }
+    if (skipped) break;  // the level that did not fit whole ends the walk
+    ev.resize(keep);
   }
   return applied;
 }
@@ -452,6 +566,7 @@ AllocResult dynamiq_allocate(const float* sumsq, int64_t numel, const AllocParam
 
   int64_t k_final;      // pattern of the chosen C
   int64_t k_prev = -1;  // a smaller C known to be over budget, for fill_margin (-1: none)
+  bool closed = true;   // k_prev is the next pattern below k_final's margin (false: an open bracket)
   int passes = 0;
   const int64_t max_bytes = pr.num_sg * pr.sg_bytes[nt];
   if (pr.fits(max_bytes)) {
@@ -511,6 +626,7 @@ AllocResult dynamiq_allocate(const float* sumsq, int64_t numel, const AllocParam
     }
     k_final = b;
     k_prev = a;  // C at a is over budget (a = 0: every SG at the widest width)
+    closed = b - a <= kGrid;
     // Next step starts at the best point that fits with the bracket width as
     // its first step; if one side was never found within the pass budget it
     // resumes the widening search where this step stopped.
@@ -536,7 +652,8 @@ AllocResult dynamiq_allocate(const float* sumsq, int64_t numel, const AllocParam
   int64_t bytes = 0;
   for (int i = 0; i < pr.ws.count; ++i) bytes += count[i] * pr.sg_bytes[i];
   if (k_prev >= 0)
-    res.tie_promoted = fill_margin(f.data(), pr, r, above + 1, pr.rule(k_prev), widths_out, count, bytes);
+    res.tie_promoted =
+        fill_margin(f.data(), pr, r, above + 1, pr.rule(k_prev), closed, widths_out, count, bytes, res.fill_passes);
   for (int i = 0; i < pr.ws.count; ++i) res.width_count[dynamiq_width_index(pr.ws.w[i])] = count[i];
   if (!pr.fits(bytes))  // cannot happen: every accepted k and promotion was checked
     throw Error("dynamiq allocator: internal error, allocation exceeds the budget");

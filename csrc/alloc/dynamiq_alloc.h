@@ -35,13 +35,14 @@
 // Ties: a threshold rule gives SGs with equal F the same width, so when the
 // smallest C that fits leaves budget over because the next smaller C would
 // upgrade a whole set of equal SGs at once (a pattern repeated across a
-// bucket), both solvers then take the upgrades a smaller C would make one at
-// a time, in the order lowering C makes them (F/K largest first, equal ones in
-// SG order), until the first that does not fit (AllocResult::tie_promoted).
-// The exact solver's result is the rule at its C plus a prefix, in SG order,
-// of the next equal-statistics set; the fast solver walks from its last
-// over-budget probe (at most 16 distinct F/K values) and, when the walk gets
-// there, ends at the same widths.
+// bucket), both solvers then take the upgrades a smaller C would make, in the
+// order lowering C makes them (F/K largest first), a set of equal F/K at a
+// time: whole while it fits, and of the first set that does not, each upgrade
+// in SG order that still fits (AllocResult::tie_promoted). The exact solver's
+// result is the rule at its C plus those of the next set (in practice: of the
+// next equal statistics); the fast solver walks from its last over-budget
+// probe (at most 16 sets; only a small window when its bracket did not close)
+// and, when the walk gets there, ends at the same widths.
 //
 // Determinism: the result depends only on the F values, the parameters and
 // the state, through integer arithmetic, IEEE float/double compares and one
@@ -119,7 +120,8 @@ struct AllocParams {
   DynamiqFormat format{};
   AllocSolver solver = AllocSolver::kFast;
   // Fast solver: counting passes over F per step once u is known (each pass
-  // is one read of the num_sg floats).
+  // is one read of the num_sg floats). The tie fill adds up to two more
+  // (AllocResult::fill_passes).
   int max_passes = 8;
 };
 
@@ -153,8 +155,11 @@ struct AllocResult {
   double scale = 0.0;  // C (0: everything at the widest width)
   double u = 0.0;      // u of `scale` (see AllocState), in [-1024, 1023]
   int passes = 0;      // cost evaluations (fast warm step: passes over F; exact: bisection steps)
-  // One-width upgrades beyond the thresholds' widths ("Ties" above).
+  // One-width upgrades beyond the thresholds' widths ("Ties" above), and the
+  // passes over all SGs that took (0-2, not in `passes`; its walk then reads
+  // only the upgrades between the rule and the last over-budget C).
   int64_t tie_promoted = 0;
+  int fill_passes = 0;
 };
 
 // Validated allowed widths. Throws Error for an empty mask, a width outside

@@ -187,9 +187,10 @@ TEST(AllocThresholds, ExactSolverReportsRatiosAndWidthsFollowThem) {
 TEST(AllocThresholds, ExactSolverIsTheTightestRuleOfTheFamily) {
   for (uint32_t mask : {kMaskDefault, kMaskAll, M(2) | M(8), M(1) | M(2) | M(4)}) {
     const std::vector<int> ws = widths_of(mask);
-    for (uint32_t seed : {1u, 2u, 3u, 4u, 5u, 6u}) {
+    for (uint32_t seed : {1u, 2u, 3u, 4u, 5u, 6u, 7u}) {
       // Log-normal; with zeros; clustered in a few 1/16-octave bins (uniform
-      // in [1, 2)); many ties; a huge range up to FLT_MAX with denormals.
+      // in [1, 2)); many ties; a huge range up to FLT_MAX with denormals;
+      // ties whose F/K coincide across thresholds (17/K(2,4) == 512/K(4,8)).
       std::vector<float> f = lognormal_stats(3000, 2.5, seed == 2 ? 0.3 : 0.0, seed);
       std::mt19937 g(seed);
       if (seed == 3)
@@ -198,13 +199,18 @@ TEST(AllocThresholds, ExactSolverIsTheTightestRuleOfTheFamily) {
         for (auto& x : f) x = std::array<float, 4>{1.f, 2.f, 3.f, 1000.f}[g() % 4];
       if (seed == 5)
         for (auto& x : f) x = 1.0f + 1e-6f * float(g() % 64);  // all in one bin
+      if (seed == 7)
+        for (auto& x : f) x = std::array<float, 3>{17.f, 512.f, 1e5f}[g() % 3];
       if (seed == 6) {
         f = lognormal_stats(3000, 40.0, 0.1, seed);
         for (auto& x : f) x = float(test_sanitize(x));  // overflowed exp -> FLT_MAX, as the solver reads it
         f[0] = std::numeric_limits<float>::max();
         f[1] = std::numeric_limits<float>::denorm_min();
       }
-      for (double bits : {2.7, 3.3, 4.4, 5.0, 6.1, 8.0, 9.9}) {
+      std::vector<double> budgets = {2.7, 3.3, 4.4, 5.0, 6.1, 8.0, 9.9};
+      if (seed == 7)  // a fine sweep: some budgets end inside the mixed 17/512 set
+        for (int i = 0; i < 120; ++i) budgets.push_back(2.6 + 0.05 * i);
+      for (double bits : budgets) {
         const int64_t numel = 3000 * 256;
         if (bits < dynamiq_min_feasible_bits(numel, mask, {})) continue;
         struct Ev {
