@@ -3,9 +3,9 @@
 Each section runs `dynamiq.simulate` (the real C++ collective, in process, 2 ranks) on Gaussian
 data scaled to the magnitude named on its lines and prints the error (vNMSE = ||result - exact
 sum||^2 / ||exact sum||^2), the bits per coordinate and the width histogram. A randomized
-differential test found these cases (2026-11-25); sections 2 and 3 were fixed the same day (tied
-statistics are split in SG order; tiny scales no longer overflow their reciprocal), 1 and 4 are
-the known limitations listed in the README ("Known limitations of the lossy modes"). Nothing here
+differential test found these cases (2026-11-25); sections 2, 3 and 5 were fixed the same day
+(tied statistics are split in SG order; tiny scales no longer overflow their reciprocal; bitsplit
+ranges beyond FLT_MAX are quantised on quarters), 1 and 4 are the known limitations listed in the README ("Known limitations of the lossy modes"). Nothing here
 is asserted (the C++ tests assert the fixes): it records the behaviour.
 
     python experiments/lossy_limits.py > experiments/results/lossy_limits.txt
@@ -85,7 +85,8 @@ def bitsplit_log_scales():
 
 
 def near_float_max():
-    print("# 5. values near the float32 maximum: a group whose range exceeds FLT_MAX overflows its scale")
+    print("# 5. values near the float32 maximum: a bitsplit group whose range exceeds FLT_MAX overflowed "
+          "its scale (128 non-finite outputs before the fix)")
     g = torch.Generator().manual_seed(1)
     a, b = torch.randn(4096, generator=g), torch.randn(4096, generator=g)
     for name, ts in (("gaussian 3e37 (range ~2.5e38)", [a * 3e37, b * 3e36]),

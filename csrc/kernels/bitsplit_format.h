@@ -379,11 +379,27 @@ DQ_HD void bitsplit_decode_scales(const BitsplitFormat& f, BitsplitGroup& g) {
 // 2^-8 relative, so one raise always suffices (the second is a guard).
 // Branch-free, so a loop over groups vectorises.
 DQ_HD void bitsplit_scales_bf16(float lo, float hi, float Lf, uint16_t& sb, uint16_t& zb) {
+  // (lo below -3.3895e38, the most negative finite bf16, would round down to
+  // -inf: the zero stays finite, and lo codes as the zero, clipped by less
+  // than one bf16 ulp)
   zb = bf16_bits_down(lo);
+  zb = zb == 0xff80u ? uint16_t(0xff7fu) : zb;
   const float zero = bf16_to_f32(zb);
-  uint16_t s = bf16_bits_up_pos((hi - zero) / Lf);
+  // hi - zero overflows for ranges beyond FLT_MAX (values of both signs near
+  // 3e38): then the quotient is taken on quarters (exact power-of-two
+  // factors). Selected on the bit pattern, so the loop over groups stays
+  // branch-free.
+  const float d = hi - zero;
+  const float q_plain = d / Lf;
+  const float q_quarter = ((hi * 0.25f - zero * 0.25f) / Lf) * 4.0f;
+  const float q = (f32_bits(d) & 0x7fffffffu) < 0x7f800000u ? q_plain : q_quarter;
+  uint16_t s = bf16_bits_up_pos(q);
   s = uint16_t(s + (bs_fma(Lf, bf16_to_f32(s), zero) < hi ? 1 : 0));
   s = uint16_t(s + (bs_fma(Lf, bf16_to_f32(s), zero) < hi ? 1 : 0));
+  // hi within a bf16 step of FLT_MAX: the top level may round to inf. One ulp
+  // less keeps it finite; the values above it then code as the top level
+  // (clipped: off by less than one bf16 ulp of the range).
+  s = uint16_t(s - ((f32_bits(bs_fma(Lf, bf16_to_f32(s), zero)) & 0x7fffffffu) >= 0x7f800000u ? 1 : 0));
   sb = s;
 }
 
@@ -558,6 +574,9 @@ DQ_HD void bitsplit_group_params(const float* x, int cnt, const BitsplitFormat& 
 // values) before the reciprocal is taken: see bitsplit_quantize_group.
 constexpr float kBitsplitTinyScale = 0x1p-100f;
 constexpr float kBitsplitTinyLift = 0x1p100f;
+// Scales above kBitsplitHugeScale are quantised on quarters (see
+// bitsplit_quantize_group): a group's range may exceed FLT_MAX.
+constexpr float kBitsplitHugeScale = 0x1p100f;
 
 // Reciprocal of the scale used by the quantiser (0 for a zero scale).
 DQ_HD float bitsplit_rcp(float scale) { return scale > 0.0f ? 1.0f / scale : 0.0f; }
@@ -624,7 +643,17 @@ DQ_HD void bitsplit_quantize_group(const float* x, int cnt, const BitsplitGroup&
   const int G = f.group;
   const float Lf = float(f.levels());
   const float zero = g.zero;
-  if (g.scale < kBitsplitTinyScale) {
+  if (g.scale > kBitsplitHugeScale) {
+    // x - zero may overflow float when the group's range exceeds FLT_MAX:
+    // t = (x/4 - zero/4) * (1 / (scale/4)), the same number wherever the
+    // plain path does not overflow (up to subnormal x/4, irrelevant here).
+    const float rcp = bitsplit_rcp(g.scale * 0.25f);
+    for (int i = 0; i < G; ++i) {
+      const float d = x[i] * 0.25f - zero * 0.25f;
+      codes[i] = uint8_t(stochastic ? bitsplit_quant_stochastic(d, 0.0f, rcp, Lf, u[i])
+                                    : bitsplit_quant_nearest(d, 0.0f, rcp, Lf));
+    }
+  } else if (g.scale < kBitsplitTinyScale) {
     // 1/scale overflows float for scales below 2^-128 (groups whose range is
     // below ~1e-36): t = ((x - zero) * 2^100) * (1 / (scale * 2^100)), the
     // power-of-two factors exact (x - zero is tiny here), so t is the same

@@ -496,6 +496,52 @@ TEST(BitsplitRounding, TinyScalesStayWithinAStepAndUnbiased) {
       }
 }
 
+// Groups whose range exceeds FLT_MAX (values of both signs near 3e38, also
+// among the non-spike values): x - zero overflowed, the scale became inf and
+// the block decoded to inf/NaN. Finite, within a step, unbiased.
+TEST(BitsplitRounding, RangesBeyondFloatMaxStayFiniteWithinAStepAndUnbiased) {
+  const int K = 2000;
+  const int G = 32;
+  const int64_t numel = 3 * G + 5;
+  for (int bits : {2, 8})
+    for (bool sr : {false, true}) {
+      auto v = gaussian(numel, 23, 1e38f);
+      for (auto& x : v) x = std::max(-3.3e38f, std::min(3.3e38f, x));
+      for (int64_t e = 0; e < numel; e += G) {  // two of each extreme per group: spikes take one
+        v[size_t(e)] = v[size_t(e) + 2] = 3.3e38f;
+        v[size_t(e) + 1] = v[size_t(std::min<int64_t>(e + 3, numel - 1))] = -3.3e38f;
+      }
+      // beyond the largest finite bf16 (3.3895e38): the zero must stay finite
+      v[size_t(2 * G + 4)] = -3.4e38f;
+      v[size_t(2 * G + 5)] = 3.4e38f;
+      Bucket b = make_bucket(DType::kF32, v);
+      BitsplitCodec c = codec_of(bits, G, sr, false);
+      const std::string what = "bits=" + std::to_string(bits) + " sr=" + std::to_string(sr);
+      auto parsed = parse_message(compress_all(c, b, rng_ctx(0, 0, 0, true)), (numel + G - 1) / G, bits,
+                                  G, sr, false, DType::kF32);
+      ASSERT_TRUE(std::isfinite(parsed[0].scale)) << what;
+      ASSERT_GT(double(parsed[0].scale) * ((1 << bits) - 1), 3.4028234663852886e38) << what << ": not a range beyond FLT_MAX";
+      std::vector<double> mean(size_t(numel), 0.0);
+      for (int k = 0; k < K; ++k) {
+        auto y = decompress_all(c, DType::kF32, numel, compress_all(c, b, rng_ctx(77, uint64_t(k), 1, true)));
+        for (int64_t i = 0; i < numel; ++i) {
+          const double s = parsed[size_t(i / G)].scale;
+          ASSERT_TRUE(std::isfinite(y[size_t(i)])) << what << " i=" << i;
+          ASSERT_LE(std::abs(double(y[size_t(i)]) - v[size_t(i)]), s * 1.0001) << what << " i=" << i;
+          mean[size_t(i)] += y[size_t(i)];
+        }
+      }
+      for (int64_t i = 0; i < numel; ++i) {
+        const double s = parsed[size_t(i / G)].scale;
+        // beyond the largest finite bf16 a value is clipped to the grid (less than a bf16 ulp)
+        const double slack = std::abs(v[size_t(i)]) > 3.3895e38 ? std::abs(double(v[size_t(i)])) / 256 : 0.0;
+        EXPECT_LE(std::abs(mean[size_t(i)] / K - double(v[size_t(i)])),
+                  5.3 * (s / 2) / std::sqrt(double(K)) + slack)
+            << what << " i=" << i;
+      }
+    }
+}
+
 TEST(BitsplitRounding, NearestIsDeterministicStochasticDependsOnKeyAndRank) {
   const int64_t numel = 5000;
   Bucket b = make_bucket(DType::kF32, gaussian(numel, 3));
