@@ -327,32 +327,47 @@ void window_max(const float* f, int64_t n, int nt, const float* lo, const float*
   }
 }
 
+// The largest pattern k at which the rule upgrades an SG with statistic F
+// across a threshold of factor K: the rule at k has threshold t = C(k) * K
+// (a double product) and upgrades iff double(F) >= t (dynamiq_float_ceil).
+// Lowering C from k_final makes the upgrades in decreasing order of this k,
+// equal k at once: the order a walk must follow to end where the rule at a
+// smaller C would. Starts from F / K and moves a few ulps to the exact edge.
+int64_t entry_k(float F, double K) {
+  const double fd = double(F);
+  int64_t k = std::min(std::max(k_of_scale(fd / K), int64_t(0)), kPatternInf);
+  while (k > 0 && !(scale_of_k(k) * K <= fd)) --k;
+  while (k + 1 < kPatternInf && scale_of_k(k + 1) * K <= fd) ++k;
+  return k;
+}
+
 // Ties at the margin. The rule at k (the chosen C) fits; the rule at some
 // k_prev < k (a smaller C) does not. Lowering C from k to k_prev upgrades SGs
-// one threshold crossing ("event": SG j from w[p] to w[p+1]) at a time, in
-// the order of c = F_j / K_p, largest first; SGs with equal F cross together,
-// which is why a pure threshold rule can leave most of the budget unused (a
-// pattern repeated across a bucket: 64 equal SGs at 4.5 bits all stay at 2
-// bits). This walks the events between the two rules ("the window") level by
-// level, a level being the events of one value of c: a level that fits whole
-// is applied whole (that is just a smaller C); in the first level that does
-// not, the events are applied in SG order, each if it still fits, and the
-// walk ends there. So the exact solver's result (k_prev = k - 1) is the rule
-// at the smallest C that fits plus, in SG order, as many as fit of the next
-// upgrades of equal F/K (in practice: of equal statistics). Deterministic
-// (every rank walks the same statistics in the same order), never over
-// budget, and a larger F never gets fewer bits (within a level only upgrades
-// of one cost compete for the same width); SGs with F = 0 (constant after the
-// mean) gain nothing and are never upgraded.
+// one threshold crossing ("event": SG j from w[p] to w[p+1]) at a time: an
+// event enters the rule at entry_k(F_j, K_p), events with equal entry at once
+// (SGs with equal F always do), which is why a pure threshold rule can leave
+// most of the budget unused (a pattern repeated across a bucket: 64 equal SGs
+// at 4.5 bits all stay at 2 bits). This walks the events between the two rules
+// ("the window") level by level, a level being the events of one entry, the
+// largest first: a level that fits whole is applied whole (that is just a
+// smaller C); in the first level that does not, the events are applied in SG
+// order, each if it still fits (and its SG is at w[p]: its lower crossing may
+// be in the same level and not have fitted), and the walk ends there. So the
+// exact solver's result (k_prev = k - 1) is the rule at the smallest C that
+// fits plus, in SG order, as many as fit of the upgrades entering at the next
+// C. Deterministic (every rank walks the same statistics in the same order),
+// never over budget, a larger F never gets fewer bits (within a level an SG
+// at a higher threshold is already at least as wide as any the level lifts
+// below it), and SGs with F = 0 (constant after the mean) are never upgraded.
 // Cost: the budget left decides at once in most calls (less than one upgrade
 // left); otherwise one counting pass sizes the window. A small window (up to
-// kMaxGathered upgrades or 1/16 of the SGs) is gathered in one pass and each
-// of at most kMaxLevels levels is a pass over it. A large one (ties across
-// the bucket, or the fast solver's bracket left open by a jump in the
-// statistics) is walked by two passes over all SGs per level, for at most 4
-// levels, or 1 when the bracket is open (`closed` false). The fast solver
-// passes its last over-budget probe; when the walk reaches the level that
-// does not fit whole, it ends at the exact solver's widths.
+// kMaxGathered events or 1/16 of the SGs) is gathered in one pass and each of
+// at most kMaxLevels levels is a pass over it. A large one (ties across the
+// bucket, or the fast solver's bracket left open by a jump in the statistics)
+// is walked by two passes over all SGs per level, for at most 4 levels, or 1
+// when the bracket is open (`closed` false). The fast solver passes its last
+// over-budget probe; when its walk reaches the level that does not fit whole,
+// it ends at the exact solver's widths.
 // Returns the number of upgrades made; updates widths, counts, bytes and
 // fill_passes (its passes over all SGs).
 int64_t fill_margin(const float* f, const Problem& pr, const Rule& r, const int64_t* at, const Rule& prev,
@@ -387,12 +402,12 @@ int64_t fill_margin(const float* f, const Problem& pr, const Rule& r, const int6
     for (int level = 0; level < levels; ++level) {
       float fmax[4] = {0, 0, 0, 0};  // largest F of the window left, per threshold (0: none)
       window_max(f, pr.num_sg, nt, prev.tf, cur, fmax);
-      double cmax = 0.0;
+      int64_t ke[4] = {-1, -1, -1, -1}, kmax = -1;
       for (int p = 0; p < nt; ++p)
-        if (fmax[p] > 0.0f) cmax = std::max(cmax, double(fmax[p]) / pr.factor[p]);
-      if (!(cmax > 0.0)) break;
+        if (fmax[p] > 0.0f) kmax = std::max(kmax, ke[p] = entry_k(fmax[p], pr.factor[p]));
+      if (kmax < 0) break;
       bool on[4] = {false, false, false, false};
-      for (int p = 0; p < nt; ++p) on[p] = fmax[p] > 0.0f && double(fmax[p]) / pr.factor[p] == cmax;
+      for (int p = 0; p < nt; ++p) on[p] = ke[p] == kmax;
       bool skipped = false;
       // this level's values as bit patterns (-1: no sanitised F has it)
       int32_t lv[4] = {-1, -1, -1, -1};
@@ -404,7 +419,8 @@ int64_t fill_margin(const float* f, const Problem& pr, const Rule& r, const int6
         for (int p = 0; p < nt; ++p) {
           if (xb != lv[p]) continue;
           const int64_t nb = bytes + pr.sg_bytes[p + 1] - pr.sg_bytes[p];
-          if (!pr.fits(nb)) {
+          // (not at w[p]: its lower crossing, in this level too, did not fit)
+          if (widths[j] != pr.ws.w[p] || !pr.fits(nb)) {
             skipped = true;
             continue;
           }
@@ -425,7 +441,7 @@ int64_t fill_margin(const float* f, const Problem& pr, const Rule& r, const int6
   // A small window: its upgrades gathered in one pass, then each level is a
   // pass over them only.
   struct Event {
-    double c;
+    int64_t k;  // entry_k: the level
     int64_t j;
     int p;
   };
@@ -435,29 +451,30 @@ int64_t fill_margin(const float* f, const Problem& pr, const Rule& r, const int6
   // and prev.tf[0] <= prev.tf[p]: an SG below it is in no window
   int32_t lb[4] = {0, 0, 0, 0}, hb[4] = {0, 0, 0, 0};
   for (int p = 0; p < nt; ++p) lb[p] = int32_t(f32_bits(prev.tf[p])), hb[p] = int32_t(f32_bits(r.tf[p]));
-  const int32_t top = hb[nt - 1];
   for (int64_t j = 0; j < pr.num_sg; ++j) {  // SG order; an SG's lower threshold first
     int32_t xb;
     std::memcpy(&xb, f + j, 4);
-    if ((xb < lb[0]) | (xb >= top) | (xb == 0)) continue;
+    bool in = false;  // (one rarely taken branch: the window is small here)
+    for (int p = 0; p < nt; ++p) in |= (xb < hb[p]) & (xb >= lb[p]);
+    if (!in || xb == 0) continue;
     for (int p = 0; p < nt; ++p)
-      if ((xb < hb[p]) & (xb >= lb[p])) ev.push_back({double(f[j]) / pr.factor[p], j, p});
+      if ((xb < hb[p]) & (xb >= lb[p])) ev.push_back({entry_k(f[j], pr.factor[p]), j, p});
   }
   ++fill_passes;
-  // K_p grows with p, so an SG's lower crossing has the larger c: it is
+  // K_p grows with p, so an SG's lower crossing has the larger entry_k: it is
   // always in an earlier level than its higher one.
   for (int level = 0; level < kMaxLevels && !ev.empty(); ++level) {
-    double cmax = ev[0].c;
-    for (const Event& e : ev) cmax = e.c > cmax ? e.c : cmax;
+    int64_t kmax = ev[0].k;
+    for (const Event& e : ev) kmax = e.k > kmax ? e.k : kmax;
     size_t keep = 0;
     bool skipped = false;
     for (const Event& e : ev) {
-      if (e.c != cmax) {
+      if (e.k != kmax) {
         ev[keep++] = e;
         continue;
       }
       const int64_t nb = bytes + pr.sg_bytes[e.p + 1] - pr.sg_bytes[e.p];
-      if (!pr.fits(nb)) {
+      if (widths[e.j] != pr.ws.w[e.p] || !pr.fits(nb)) {  // (see the large-window loop)
         skipped = true;
         continue;
       }

@@ -36,13 +36,15 @@
 // smallest C that fits leaves budget over because the next smaller C would
 // upgrade a whole set of equal SGs at once (a pattern repeated across a
 // bucket), both solvers then take the upgrades a smaller C would make, in the
-// order lowering C makes them (F/K largest first), a set of equal F/K at a
-// time: whole while it fits, and of the first set that does not, each upgrade
-// in SG order that still fits (AllocResult::tie_promoted). The exact solver's
-// result is the rule at its C plus those of the next set (in practice: of the
-// next equal statistics); the fast solver walks from its last over-budget
-// probe (at most 16 sets; only a small window when its bracket did not close)
-// and, when the walk gets there, ends at the same widths.
+// order lowering C makes them (each upgrade enters the rule at the largest C
+// with C * K <= F, computed with the rule's own double product), a set of
+// upgrades entering at the same C at a time: whole while it fits, and of the
+// first set that does not, each upgrade in SG order that still fits
+// (AllocResult::tie_promoted). The exact solver's result is the rule at its C
+// plus those of the next set (in practice: of the next equal statistics); the
+// fast solver walks from its last over-budget probe (at most 16 sets, or 1
+// when its bracket did not close and the window is large) and, when the walk
+// gets to the set that does not fit whole, ends at the same widths.
 //
 // Determinism: the result depends only on the F values, the parameters and
 // the state, through integer arithmetic, IEEE float/double compares and one
@@ -120,7 +122,7 @@ struct AllocParams {
   DynamiqFormat format{};
   AllocSolver solver = AllocSolver::kFast;
   // Fast solver: counting passes over F per step once u is known (each pass
-  // is one read of the num_sg floats). The tie fill adds up to two more
+  // is one read of the num_sg floats). The tie fill adds its own
   // (AllocResult::fill_passes).
   int max_passes = 8;
 };
@@ -156,8 +158,9 @@ struct AllocResult {
   double u = 0.0;      // u of `scale` (see AllocState), in [-1024, 1023]
   int passes = 0;      // cost evaluations (fast warm step: passes over F; exact: bisection steps)
   // One-width upgrades beyond the thresholds' widths ("Ties" above), and the
-  // passes over all SGs that took (0-2, not in `passes`; its walk then reads
-  // only the upgrades between the rule and the last over-budget C).
+  // passes over all SGs that took (not in `passes`): none when less than one
+  // upgrade of budget is left, else 2 for a small window (then passes over
+  // the window only), 1 + 2 per set walked for a large one (at most 9).
   int64_t tie_promoted = 0;
   int fill_passes = 0;
 };

@@ -381,7 +381,7 @@ DQ_HD void bitsplit_decode_scales(const BitsplitFormat& f, BitsplitGroup& g) {
 DQ_HD void bitsplit_scales_bf16(float lo, float hi, float Lf, uint16_t& sb, uint16_t& zb) {
   // (lo below -3.3895e38, the most negative finite bf16, would round down to
   // -inf: the zero stays finite, and lo codes as the zero, clipped by less
-  // than one bf16 ulp)
+  // than 1.4e36, one bf16 ulp there)
   zb = bf16_bits_down(lo);
   zb = zb == 0xff80u ? uint16_t(0xff7fu) : zb;
   const float zero = bf16_to_f32(zb);
@@ -396,9 +396,9 @@ DQ_HD void bitsplit_scales_bf16(float lo, float hi, float Lf, uint16_t& sb, uint
   uint16_t s = bf16_bits_up_pos(q);
   s = uint16_t(s + (bs_fma(Lf, bf16_to_f32(s), zero) < hi ? 1 : 0));
   s = uint16_t(s + (bs_fma(Lf, bf16_to_f32(s), zero) < hi ? 1 : 0));
-  // hi within a bf16 step of FLT_MAX: the top level may round to inf. One ulp
-  // less keeps it finite; the values above it then code as the top level
-  // (clipped: off by less than one bf16 ulp of the range).
+  // hi near FLT_MAX: the top level may round to inf. One bf16 ulp less keeps
+  // it finite; values above it then code as the top level, clipped by less
+  // than L * ulp(scale) <= 2^-7 * L * scale (about 2^-7 of the range; biased).
   s = uint16_t(s - ((f32_bits(bs_fma(Lf, bf16_to_f32(s), zero)) & 0x7fffffffu) >= 0x7f800000u ? 1 : 0));
   sb = s;
 }

@@ -213,6 +213,9 @@ TEST(AllocThresholds, ExactSolverIsTheTightestRuleOfTheFamily) {
       for (double bits : budgets) {
         const int64_t numel = 3000 * 256;
         if (bits < dynamiq_min_feasible_bits(numel, mask, {})) continue;
+        // Each upgrade (SG j across threshold p) enters the rule at the largest
+        // scale C with C * K_p <= F_j (the rule's double product): lowering C
+        // makes the upgrades in decreasing order of that C, equal ones at once.
         struct Ev {
           double c;
           int p;
@@ -223,37 +226,50 @@ TEST(AllocThresholds, ExactSolverIsTheTightestRuleOfTheFamily) {
           for (size_t p = 0; p + 1 < ws.size(); ++p) {
             const int a = ws[p], b = ws[p + 1];
             const double k = std::pow(4.0, b) * (b - a) / (std::pow(4.0, b - a) - 1.0);
-            if (f[j] > 0) ev.push_back({double(f[j]) / k, int(p), j});
+            const double F = test_sanitize(f[j]);
+            if (!(F > 0)) continue;
+            double c = F / k;
+            while (c * k > F) c = std::nextafter(c, 0.0);
+            while (std::nextafter(c, 1e308) * k <= F) c = std::nextafter(c, 1e308);
+            ev.push_back({c, int(p), j});
           }
-        // by c descending, ties in SG order
-        std::sort(ev.begin(), ev.end(),
-                  [](const Ev& a, const Ev& b) { return a.c != b.c ? a.c > b.c : a.sg < b.sg; });
+        std::sort(ev.begin(), ev.end(), [](const Ev& a, const Ev& b) {
+          return a.c != b.c ? a.c > b.c : a.sg != b.sg ? a.sg < b.sg : a.p < b.p;
+        });
         auto step_bytes = [&](const Ev& e) {
           return dynamiq_sg_bytes(ws[size_t(e.p) + 1], {}) - dynamiq_sg_bytes(ws[size_t(e.p)], {});
         };
         auto fits = [&](int64_t b) { return double(8 * b) <= bits * double(numel); };
+        std::vector<int> wexp(f.size(), ws[0]);
         int64_t bytes = int64_t(f.size()) * dynamiq_sg_bytes(ws[0], {});
-        int64_t best = bytes;
         for (size_t i = 0; i < ev.size();) {
           size_t e = i;
           int64_t nb = bytes;
           while (e < ev.size() && ev[e].c == ev[i].c) nb += step_bytes(ev[e++]);
           if (!fits(nb)) {
-            // the first tie group that does not fit whole: its SGs in SG order,
-            // each while it still fits
+            // the first set that does not fit whole: its upgrades in SG order,
+            // each that still fits (and whose SG is at its lower width)
             for (size_t t = i; t < e; ++t)
-              if (fits(bytes + step_bytes(ev[t]))) bytes += step_bytes(ev[t]);
-            best = bytes;
+              if (wexp[ev[t].sg] == ws[size_t(ev[t].p)] && fits(bytes + step_bytes(ev[t]))) {
+                bytes += step_bytes(ev[t]);
+                wexp[ev[t].sg] = ws[size_t(ev[t].p) + 1];
+              }
             break;
           }
-          bytes = best = nb;
+          for (size_t t = i; t < e; ++t) wexp[ev[t].sg] = ws[size_t(ev[t].p) + 1];
+          bytes = nb;
           i = e;
         }
         // Everything at the widest width (C = 0) when that fits.
         const int64_t all_max = int64_t(f.size()) * dynamiq_sg_bytes(ws.back(), {});
-        if (double(8 * all_max) <= bits * double(numel)) best = all_max;
+        if (fits(all_max)) {
+          bytes = all_max;
+          std::fill(wexp.begin(), wexp.end(), ws.back());
+        }
         const AllocRun r = run(f, numel, bits, mask, AllocSolver::kExact);
-        EXPECT_EQ(r.res.wire_bytes, best) << "mask " << mask << " seed " << seed << " bits " << bits;
+        EXPECT_EQ(r.res.wire_bytes, bytes) << "mask " << mask << " seed " << seed << " bits " << bits;
+        for (size_t j = 0; j < f.size(); ++j)
+          ASSERT_EQ(int(r.w[j]), wexp[j]) << "SG " << j << " mask " << mask << " seed " << seed << " bits " << bits;
       }
     }
   }
@@ -441,6 +457,36 @@ TEST(AllocTies, RepeatedPatternUsesTheBudgetAndBothSolversAgree) {
         ASSERT_EQ(fa.w, ex.w) << "fast step " << k;
       }
     }
+}
+
+// Two statistics whose F/K are equal in real numbers (17 m at 2->4, 512 m at
+// 4->8: K(4,8) / K(2,4) = 512 / 17) but which the rule's double products
+// C * K upgrade at different C. The fill must follow the rule's order, not
+// F/K's: the fast solver (warm, from a different bracket) must then end at
+// the exact solver's widths, never above them (a review found 500 SGs above).
+TEST(AllocTies, CrossThresholdTiesFollowTheRulesOwnOrder) {
+  const float m = 998.68359375f;
+  const int64_t nA = 1000, nB = 1000, n = nA + nB, numel = n * 256;
+  std::vector<float> f;
+  for (int64_t i = 0; i < nB; ++i) f.push_back(512.0f * m);
+  for (int64_t i = 0; i < nA; ++i) f.push_back(17.0f * m);
+  const int64_t b2 = dynamiq_sg_bytes(2, {}), b4 = dynamiq_sg_bytes(4, {}), b8 = dynamiq_sg_bytes(8, {});
+  for (int64_t extra : {0, 1, 300, 999}) {
+    const int64_t budget = nA * b4 + nB * b4 + extra * (b8 - b4);
+    const double bits = 8.0 * double(budget) / double(numel);
+    SCOPED_TRACE("extra " + std::to_string(extra));
+    const AllocRun ex = run(f, numel, bits, kMaskDefault, AllocSolver::kExact);
+    check_budget(ex, numel, bits, kMaskDefault);
+    check_monotone(f, ex.w);
+    AllocState st;
+    for (int k = 0; k < 4; ++k) {
+      const AllocRun fa = run(f, numel, bits, kMaskDefault, AllocSolver::kFast, &st);
+      for (size_t j = 0; j < f.size(); ++j) ASSERT_LE(fa.w[j], ex.w[j]) << "SG " << j << " step " << k;
+      if (k > 0) {
+        ASSERT_EQ(fa.w, ex.w) << "step " << k;
+      }
+    }
+  }
 }
 
 TEST(AllocBudget, BelowMinimumNamesTheMinimum) {
