@@ -209,6 +209,38 @@ int main(int argc, char** argv) {
               "error proxy of best single width / exact | fast / exact proxy |\n|---|---|---|---|---|---|---|\n");
   for (const Dataset& d : data)
     for (double b : {3.0, 4.0, 5.0, 6.0, 8.0}) quality(d, b);
+  {
+    // Step-to-step jitter of the bucket's gradient scale (every F times
+    // exp(sd * N(0, 1)), fresh each step), fast solver, 200 steps: how far
+    // under the budget a step can end, and how many steps searched exactly
+    // (passes > max_passes: the bracket was out of reach).
+    const Dataset& d = data[1];  // log-normal sigma=3
+    const int64_t n = int64_t(d.f.size()), numel = n * 256;
+    std::printf("\njitter of the statistics' scale per step, %s, %lld SGs, budget %.3g bits, fast solver, 200 steps\n\n",
+                d.name.c_str(), (long long)n, bits);
+    std::printf("| jitter sd | steps that searched exactly | worst bits under the budget | mean ms per step |\n|---|---|---|---|\n");
+    AllocParams p;
+    p.bits = bits;
+    std::vector<uint8_t> w(static_cast<size_t>(n));
+    std::vector<float> fj(d.f.size());
+    for (double sd : {0.01, 0.03, 0.05, 0.1}) {
+      std::mt19937_64 g(3);
+      std::normal_distribution<double> nd(0, 1);
+      AllocState st;
+      int exact_steps = 0;
+      double worst = 0, total_ms = 0;
+      for (int s = 0; s < 200; ++s) {
+        const double k = std::exp(sd * nd(g));
+        for (size_t j = 0; j < fj.size(); ++j) fj[j] = float(double(d.f[j]) * k);
+        const double t0 = cpu_ms();
+        const AllocResult r = dynamiq_allocate(fj.data(), numel, p, st, w.data());
+        total_ms += cpu_ms() - t0;
+        exact_steps += (s > 0 && r.passes > p.max_passes) ? 1 : 0;
+        worst = std::max(worst, bits - r.bits_per_coord);
+      }
+      std::printf("| %.2f | %d / 199 | %.4f | %.3f |\n", sd, exact_steps, worst, total_ms / 200);
+    }
+  }
   if (steps > 1) {
     const size_t n = stream.size() / size_t(steps);
     const int64_t numel = int64_t(n) * 256;

@@ -25,6 +25,9 @@ constexpr int64_t kGrid = int64_t(1) << 10;
 // factor 1.00001), and the largest (beyond the whole range of C).
 constexpr int64_t kStepMin = int64_t(1) << 36;
 constexpr int64_t kStepMax = int64_t(1) << 60;
+// A warm step whose final bracket is wider than this (2^-6 in u, C within
+// 1.1 %) searches exactly instead (see dynamiq_allocate).
+constexpr int64_t kFallbackWidth = int64_t(1) << 46;
 
 double scale_of_k(int64_t k) {
   double c;
@@ -641,21 +644,31 @@ AllocResult dynamiq_allocate(const float* sumsq, int64_t numel, const AllocParam
       if (fits_at(mid)) b = mid, b_probed = true;
       else a = mid, a_probed = true;
     }
-    k_final = b;
-    k_prev = a;  // C at a is over budget (a = 0: every SG at the widest width)
-    closed = b - a <= kGrid;
-    // Next step starts at the best point that fits with the bracket width as
-    // its first step; if one side was never found within the pass budget it
-    // resumes the widening search where this step stopped.
     state.has_u = true;
-    if (b_probed) {
-      state.u = u_of_k(b);
-      state.step = double(a_probed ? b - a : d) / kTwo52;
+    if (!(a_probed && b_probed) || b - a > kFallbackWidth) {
+      // The widening search did not reach the other side within the pass
+      // budget, or reached it with no passes left to narrow the bracket: the
+      // statistics moved further than max_passes can follow (from a converged
+      // step, more than about 5 % in C). Without this the step would take the
+      // last point that fits, which when nothing that fits was probed is every
+      // SG at the narrowest width (a 10 % rise of the gradients' sum of
+      // squares gave 2.56 bits of a 5-bit budget), and otherwise a C up to 4x
+      // the widening's last step too large (2.4 bits under the exact solver
+      // after a jump of 1e6). Search exactly instead, as on the first step.
+      const int64_t k_exact = exact_search(f, pr, passes);
+      k_final = std::min(kPatternInf, (k_exact + kGrid - 1) & ~(kGrid - 1));
+      k_prev = k_exact - 1;
+      state.u = u_of_k(k_final);
+      state.step = double(kStepMin) / kTwo52;
+      res.exact_fallback = true;
     } else {
-      // Nothing that fits was probed (the result is every SG at the
-      // narrowest width, which always fits).
-      state.u = u_of_k(a);
-      state.step = double(d) / kTwo52;
+      k_final = b;
+      k_prev = a;  // C at a is over budget
+      closed = b - a <= kGrid;
+      // Next step starts at the best point that fits with the bracket width
+      // as its first step.
+      state.u = u_of_k(b);
+      state.step = double(b - a) / kTwo52;
     }
   }
 

@@ -24,7 +24,9 @@
 //  - fast (appendix A): starts from the offset u carried across steps and
 //    brackets/bisects it with at most `max_passes` counting passes over F
 //    (no histogram, no sort); on the first step (no u yet) it runs the exact
-//    search once. Always within budget, never more bits than the exact
+//    search once, and so does a step whose bracket is not found within
+//    `max_passes` (the statistics moved by more than about 5 % since the
+//    last step; AllocResult::exact_fallback). Always within budget, never more bits than the exact
 //    solver SG by SG (same family, C >= C*); on a stationary stream u
 //    settles within 2^-16 of the exact solver's. It generalises the paper's
 //    closed form
@@ -163,6 +165,10 @@ struct AllocResult {
   // the window only), 1 + 2 per set walked for a large one (at most 9).
   int64_t tie_promoted = 0;
   int fill_passes = 0;
+  // Fast solver, warm step: the bracket around the carried u was not found
+  // within max_passes (the statistics moved too far), so the step searched
+  // exactly (its passes then include the exact search's).
+  bool exact_fallback = false;
 };
 
 // Validated allowed widths. Throws Error for an empty mask, a width outside
