@@ -659,7 +659,10 @@ AllocResult dynamiq_allocate(const float* sumsq, int64_t numel, const AllocParam
       k_final = std::min(kPatternInf, (k_exact + kGrid - 1) & ~(kGrid - 1));
       k_prev = k_exact - 1;
       state.u = u_of_k(k_final);
-      state.step = double(kStepMin) / kTwo52;
+      // the next step's first probe as far out as this step moved (the
+      // statistics that moved this far are likely to move as far again)
+      const int64_t moved = k_final > k0 ? k_final - k0 : k0 - k_final;
+      state.step = double(std::min(kStepMax, std::max(kStepMin, grid_down(moved)))) / kTwo52;
       res.exact_fallback = true;
     } else {
       k_final = b;
