@@ -378,8 +378,8 @@ int64_t fill_margin(const float* f, const Problem& pr, const Rule& r, const int6
   constexpr int kMaxLevels = 16;
   constexpr int64_t kMaxGathered = 4096;  // (or 1/16 of the SGs)
   const int nt = pr.ws.count - 1;
-  bool room = false;
-  for (int p = 0; p < nt; ++p) room |= pr.fits(bytes + pr.sg_bytes[p + 1] - pr.sg_bytes[p]);
+  bool step_fits[4] = {false, false, false, false}, room = false;
+  for (int p = 0; p < nt; ++p) room |= step_fits[p] = pr.fits(bytes + pr.sg_bytes[p + 1] - pr.sg_bytes[p]);
   if (!room) return 0;
   int64_t at_prev[4] = {0, 0, 0, 0};
   count_pass(f, pr.num_sg, prev, at_prev);
@@ -388,18 +388,30 @@ int64_t fill_margin(const float* f, const Problem& pr, const Rule& r, const int6
   bool any = false;
   for (int p = 0; p < nt; ++p) {
     window += at_prev[p] - at[p];
-    any |= at_prev[p] > at[p] && pr.fits(bytes + pr.sg_bytes[p + 1] - pr.sg_bytes[p]);
+    any |= at_prev[p] > at[p] && step_fits[p];
   }
   if (!any) return 0;
   int64_t applied = 0;
+  // SG j from w[p] to w[p+1] if it is at w[p] (its lower crossing may be in
+  // the same level and not have fitted) and the budget allows.
+  auto upgrade = [&](int64_t j, int p) {
+    const int64_t nb = bytes + pr.sg_bytes[p + 1] - pr.sg_bytes[p];
+    if (widths[j] != pr.ws.w[p] || !pr.fits(nb)) return false;
+    widths[j] = uint8_t(pr.ws.w[p + 1]);
+    --count[p];
+    ++count[p + 1];
+    bytes = nb;
+    ++applied;
+    return true;
+  };
   if (window > std::max(kMaxGathered, pr.num_sg / 16)) {
     // A large window: levels found and applied by passes over all SGs (two
     // per level), at most a few (closed: the one-ulp margin holds a value per
     // threshold) or, for an open bracket, one: the first set of upgrades,
     // which is the whole tie when the statistics tie (all SGs equal).
     // cur[p]: the threshold p after the levels applied so far. An SG with
-    // F = fmax[p] is at width w[p]: were it below cur[p-1], its crossing of
-    // p-1 would have the larger c and have come first.
+    // F = fmax[p] is at width w[p] unless its crossing of p-1 (entry_k at
+    // least as large) is in this level too and did not fit.
     float cur[4] = {r.tf[0], r.tf[1], r.tf[2], r.tf[3]};
     const int levels = closed ? 4 : 1;
     for (int level = 0; level < levels; ++level) {
@@ -419,20 +431,8 @@ int64_t fill_margin(const float* f, const Problem& pr, const Rule& r, const int6
         int32_t xb;
         std::memcpy(&xb, f + j, 4);
         if (!((xb == lv[0]) | (xb == lv[1]) | (xb == lv[2]) | (xb == lv[3]))) continue;
-        for (int p = 0; p < nt; ++p) {
-          if (xb != lv[p]) continue;
-          const int64_t nb = bytes + pr.sg_bytes[p + 1] - pr.sg_bytes[p];
-          // (not at w[p]: its lower crossing, in this level too, did not fit)
-          if (widths[j] != pr.ws.w[p] || !pr.fits(nb)) {
-            skipped = true;
-            continue;
-          }
-          widths[j] = uint8_t(pr.ws.w[p + 1]);
-          --count[p];
-          ++count[p + 1];
-          bytes = nb;
-          ++applied;
-        }
+        for (int p = 0; p < nt; ++p)
+          if (xb == lv[p] && !upgrade(j, p)) skipped = true;
       }
       fill_passes += 2;
       if (skipped) break;
@@ -476,16 +476,7 @@ int64_t fill_margin(const float* f, const Problem& pr, const Rule& r, const int6
         ev[keep++] = e;
         continue;
       }
-      const int64_t nb = bytes + pr.sg_bytes[e.p + 1] - pr.sg_bytes[e.p];
-      if (widths[e.j] != pr.ws.w[e.p] || !pr.fits(nb)) {  // (see the large-window loop)
-        skipped = true;
-        continue;
-      }
-      widths[e.j] = uint8_t(pr.ws.w[e.p + 1]);
-      --count[e.p];
-      ++count[e.p + 1];
-      bytes = nb;
-      ++applied;
+      if (!upgrade(e.j, e.p)) skipped = true;
     }
     if (skipped) break;  // the level that did not fit whole ends the walk
     ev.resize(keep);
@@ -588,6 +579,16 @@ AllocResult dynamiq_allocate(const float* sumsq, int64_t numel, const AllocParam
   int64_t k_prev = -1;  // a smaller C known to be over budget, for fill_margin (-1: none)
   bool closed = true;   // k_prev is the next pattern below k_final's margin (false: an open bracket)
   int passes = 0;
+  // The fast solver's exact step (the first, or one the carried u cannot
+  // reach): the exact C rounded up to the grid u lives on (never more bits).
+  auto exact_on_grid = [&] {
+    const int64_t k_exact = exact_search(f, pr, passes);
+    k_final = std::min(kPatternInf, (k_exact + kGrid - 1) & ~(kGrid - 1));
+    k_prev = k_exact - 1;
+    state.has_u = true;
+    state.u = u_of_k(k_final);
+    state.step = double(kStepMin) / kTwo52;
+  };
   const int64_t max_bytes = pr.num_sg * pr.sg_bytes[nt];
   if (pr.fits(max_bytes)) {
     k_final = 0;  // C = 0: every threshold 0, everything at the widest width
@@ -595,14 +596,8 @@ AllocResult dynamiq_allocate(const float* sumsq, int64_t numel, const AllocParam
     k_final = exact_search(f, pr, passes);
     k_prev = k_final - 1;
   } else if (!(state.has_u && std::isfinite(state.u))) {
-    // Fast solver, first step: there is no u to start from, so search once
-    // exactly and round the scale up to the grid u lives on (never more bits).
-    const int64_t k_exact = exact_search(f, pr, passes);
-    k_final = std::min(kPatternInf, (k_exact + kGrid - 1) & ~(kGrid - 1));
-    k_prev = k_exact - 1;
-    state.has_u = true;
-    state.u = u_of_k(k_final);
-    state.step = double(kStepMin) / kTwo52;
+    // Fast solver, first step: there is no u to start from.
+    exact_on_grid();
   } else {
     // Fast rule: bracket the carried u, then bisect, within a pass budget.
     auto fits_at = [&](int64_t k) {
@@ -655,10 +650,7 @@ AllocResult dynamiq_allocate(const float* sumsq, int64_t numel, const AllocParam
       // squares gave 2.56 bits of a 5-bit budget), and otherwise a C up to 4x
       // the widening's last step too large (2.4 bits under the exact solver
       // after a jump of 1e6). Search exactly instead, as on the first step.
-      const int64_t k_exact = exact_search(f, pr, passes);
-      k_final = std::min(kPatternInf, (k_exact + kGrid - 1) & ~(kGrid - 1));
-      k_prev = k_exact - 1;
-      state.u = u_of_k(k_final);
+      exact_on_grid();
       // the next step's first probe as far out as this step moved (the
       // statistics that moved this far are likely to move as far again)
       const int64_t moved = k_final > k0 ? k_final - k0 : k0 - k_final;
