@@ -56,15 +56,16 @@ def rank_main(args, out_path: str) -> None:
         ddp.register_comm_hook(st, ps.powerSGD_hook)
     else:
         ddp = DDP(model)
+        state = None
         if m == "fp16":
             from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import fp16_compress_hook
             ddp.register_comm_hook(None, fp16_compress_hook)
         elif m == "dynamiq5":
-            dynamiq.register(ddp, dynamiq.Config(mode="dynamiq", bits=5.0, topology="ring"))
+            state = dynamiq.register(ddp, dynamiq.Config(mode="dynamiq", bits=5.0, topology="ring"))
         elif m == "lossless":
-            dynamiq.register(ddp, dynamiq.Config(mode="lossless", topology="ring"))
+            state = dynamiq.register(ddp, dynamiq.Config(mode="lossless", topology="ring"))
         elif m == "bitsplit4":
-            dynamiq.register(ddp, dynamiq.Config(mode="bitsplit", bits=4, topology="twostep"))
+            state = dynamiq.register(ddp, dynamiq.Config(mode="bitsplit", bits=4, topology="twostep"))
         elif m != "uncompressed":
             raise ValueError(m)
     opt = torch.optim.AdamW(ddp.parameters(), lr=args.lr)
@@ -94,6 +95,13 @@ def rank_main(args, out_path: str) -> None:
         log["steps"].append(step)
         log["loss"].append(lv.item() / world)
         log["wall"].append(wall)
+        if m != "powersgd4" and state is not None and state.last_step_stats:
+            # wire bits per coordinate this step (all buckets) and exact allocator searches
+            st = state.last_step_stats
+            log.setdefault("bits", []).append(sum(b["bits_per_coord"] * b["numel"] for b in st)
+                                              / max(1, sum(b["numel"] for b in st)))
+            log.setdefault("alloc_exact", []).append(sum(b.get("alloc_exact", 0) for b in st))
+            log.setdefault("alloc_fallbacks", []).append(sum(b.get("alloc_fallbacks", 0) for b in st))
         if (step + 1) % args.eval_every == 0 or step == args.steps - 1:
             ev = evaluate() if rank == 0 else 0.0
             log["eval"].append((step + 1, wall, ev))
@@ -175,9 +183,20 @@ def main(argv=None) -> None:
     cmd = "python experiments/train.py " + " ".join(argv)
     where = "loopback (unshaped)" if args.loopback else f"netbed, {args.rate} links"
     nparams = next((l["params"] for l in logs.values() if "params" in l), 0)
+    wire = []
+    for m, log in logs.items():
+        if log.get("bits"):
+            b = log["bits"]
+            wire.append([m, f"{sum(b) / len(b):.3f}", f"{min(b):.3f}", f"{max(b):.3f}",
+                         str(sum(1 for x in log["alloc_exact"] if x)), str(sum(1 for x in log["alloc_fallbacks"] if x))])
+    wire_md = ("\n\nWire bits per coordinate per step (all buckets, from `HookState.last_step_stats`) and the "
+               "steps on which the dynamiq allocator searched exactly (the first step, or a fallback when the "
+               "statistics moved too far):\n\n" + benchlib.markdown_table(
+                   ["method", "mean bits", "min", "max", "steps with an exact search", "of them fallbacks"], wire)
+               ) if wire else ""
     md = (f"Command: `{cmd}`\n\n{args.world} ranks, {where}; TinyGPT d={args.dim} x {args.layers} layers "
           f"({nparams / 1e6:.1f} M parameters), batch {args.batch} x {args.ctx} tokens per rank, {args.steps} steps, "
-          f"AdamW lr {args.lr}. Machine: {benchlib.machine_info()}\n\n" + benchlib.markdown_table(headers, table))
+          f"AdamW lr {args.lr}. Machine: {benchlib.machine_info()}\n\n" + benchlib.markdown_table(headers, table) + wire_md)
     print(md)
     benchlib.save(args.out, {"command": cmd, "logs": logs}, md)
     try:

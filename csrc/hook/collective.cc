@@ -333,6 +333,9 @@ CallStats all_reduce_one(Transport& tr, const CollectiveConfig& cfg, const CallA
   cs.t_plan = secs(t0, Clock::now());
   cs.bits_per_coord = info.bits_per_coord;
   for (int i = 0; i < 5; ++i) cs.width_units[i] = info.width_units[i];
+  cs.alloc_passes = info.alloc_passes;
+  cs.alloc_exact = info.alloc_exact ? 1 : 0;
+  cs.alloc_fallbacks = info.alloc_fallback ? 1 : 0;
   cs.blocks = int64_t(bt.blocks.size());
   cs.has_u = ps.has_u;
   cs.u = ps.u;
@@ -398,6 +401,9 @@ CallStats all_reduce(Transport& tr, const CollectiveConfig& cfg, const CallArgs&
     bits += c.bits_per_coord * double(s.numel);
     for (int i = 0; i < 5; ++i) total.width_units[i] += c.width_units[i];
     total.blocks += c.blocks;
+    total.alloc_passes += c.alloc_passes;
+    total.alloc_exact += c.alloc_exact;
+    total.alloc_fallbacks += c.alloc_fallbacks;
     total.t_local += c.t_local;
     total.t_header += c.t_header;
     total.t_meta += c.t_meta;

@@ -78,6 +78,13 @@ struct CallStats {
   bool has_u = false;
   double u = 0.0;       // allocator state after this call (carry to the next step)
   double u_step = 0.0;
+  // Allocator work (dynamiq mode; summed over slices): passes over the
+  // statistics, slices whose widths came from an exact search (a first step,
+  // AllocSolver::kExact, or a fallback), of those the fast solver's fallbacks
+  // (the statistics moved too far since the last step: AllocResult::exact_fallback).
+  int64_t alloc_passes = 0;
+  int64_t alloc_exact = 0;
+  int64_t alloc_fallbacks = 0;
 };
 
 // Runs the collective in place on args.data. Throws Error (same message on

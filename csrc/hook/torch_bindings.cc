@@ -87,6 +87,9 @@ py::dict stats_dict(const CallStats& s) {
   d["t_total"] = s.t_total;
   d["pool_bytes"] = s.pool_bytes;
   d["slices"] = s.slices;
+  d["alloc_passes"] = s.alloc_passes;
+  d["alloc_exact"] = s.alloc_exact;
+  d["alloc_fallbacks"] = s.alloc_fallbacks;
   if (s.has_u) {
     d["u"] = py::make_tuple(s.u, s.u_step);
   } else {

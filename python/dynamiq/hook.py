@@ -40,8 +40,12 @@ class HookState:
         rebuilds buckets after the first iteration, and a bucket whose size
         changed simply starts from the previous u.
       last_step_stats: per-bucket statistics of the last completed step (bytes
-        sent, bits per coordinate, width histogram, time split, path taken).
-      totals: running sums over all steps: bytes, fallbacks per path.
+        sent, bits per coordinate, width histogram, time split, path taken;
+        dynamiq buckets: `alloc_exact` = 1 when the widths came from an exact
+        search, `alloc_fallbacks` = 1 when that was the fast allocator's
+        fallback after the statistics moved too far since the last step).
+      totals: running sums over all steps: bytes, buckets per path, exact
+        allocator searches and fallbacks.
 
     Tuning: lower `bits` sends less but adds error; "butterfly" needs fewer
     hops (error grows more slowly with world size) but each hop carries more.
@@ -61,7 +65,8 @@ class HookState:
         self.alloc_u: Dict[int, tuple] = {}
         self.last_step_stats: List[dict] = []
         self._current: List[dict] = []
-        self.totals: Dict[str, Any] = {"bytes_sent": 0, "buckets": 0, "paths": {}}
+        self.totals: Dict[str, Any] = {"bytes_sent": 0, "buckets": 0, "paths": {},
+                                       "alloc_exact": 0, "alloc_fallbacks": 0}
 
     @property
     def config(self) -> Config:
@@ -101,6 +106,8 @@ class HookState:
         self.totals["buckets"] += 1
         paths = self.totals["paths"]
         paths[stats["path"]] = paths.get(stats["path"], 0) + 1
+        self.totals["alloc_exact"] += stats.get("alloc_exact", 0)
+        self.totals["alloc_fallbacks"] += stats.get("alloc_fallbacks", 0)
 
 
 # Annotations are checked by DDP.register_comm_hook: keep them real types.

@@ -239,3 +239,51 @@ def test_lossy_modes_on_tied_and_tiny_data_through_simulate():
         assert float(((out - ref) ** 2).sum() / (ref ** 2).sum()) < 1e-3
         acc += out
     assert float((acc / 32 - ref).norm() / ref.norm()) < 0.02
+
+
+class _Linear1(torch.nn.Module):
+    """One parameter whose gradient is whatever tensor the loss is multiplied with."""
+
+    def __init__(self, numel):
+        super().__init__()
+        self.p = torch.nn.Parameter(torch.zeros(numel))
+
+    def forward(self, g):
+        return (self.p * g).sum()
+
+
+def _allocator_through_the_hook(rank, world, allocator, factors):
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    ddp = DDP(_Linear1(65536))
+    state = dynamiq.register(ddp, dynamiq.Config(mode="dynamiq", bits=5.0, allocator=allocator))
+    g = data("heavy", rank, numel=65536)
+    rows = []
+    for f in factors:
+        ddp.zero_grad()
+        ddp(g * f).backward()
+        (st,) = state.last_step_stats
+        rows.append((st["path"], st["bits_per_coord"], st["alloc_exact"], st["alloc_fallbacks"]))
+    return rows, dict(state.totals)
+
+
+def test_hook_reports_allocator_searches_and_keeps_the_budget_when_gradients_jump():
+    """The fast allocator carries its offset across steps; a step whose gradients
+    moved by more than its bracket reaches searches exactly (it used to put every
+    super-group at 2 bits: 2.56 of 5 after a 10 % rise). The stats say which steps
+    searched, and every step uses the same bits as the exact allocator's."""
+    factors = [1.0, 1.0, 1.2, 1.2, 0.5, 0.5, 0.5]
+    fast, totals = run_ranks(_allocator_through_the_hook, 2, "fast", factors, timeout=300)[0]
+    exact, _ = run_ranks(_allocator_through_the_hook, 2, "exact", factors, timeout=300)[0]
+    assert all(r[0] == "compressed" for r in fast + exact)
+    assert [r[2] for r in exact] == [1] * len(factors)  # every step searched exactly
+    assert [r[3] for r in exact] == [0] * len(factors)  # and never as a fallback
+    # the first step is cold (exact), a step after a jump falls back, a step on
+    # unchanged statistics does not; after a large jump (x0.5: u moved by 2) the
+    # next step's first probe goes as far out, so its bracket is still too wide
+    # and it searches once more; the step after that has settled.
+    assert [r[2] for r in fast] == [1, 0, 1, 0, 1, 1, 0], fast
+    assert [r[3] for r in fast] == [0, 0, 1, 0, 1, 1, 0], fast
+    assert totals["alloc_exact"] == 4 and totals["alloc_fallbacks"] == 3, totals
+    for (_, bf, *_), (_, be, *_) in zip(fast, exact):
+        assert be <= 5.0 and bf <= 5.0
+        assert abs(bf - be) < 0.01, (fast, exact)
