@@ -125,7 +125,6 @@ ExecStats run_exact(Transport& tr, Topology topo, void* data, DType dtype, int64
   execute(tr, codec, plan, bt, prog, ea, es);
   if (cs) {
     cs->bits_per_coord = 8.0 * dtype_size(dtype);
-    cs->width_units[4] = plan.num_units;
     cs->blocks = int64_t(bt.blocks.size());
   }
   return es;

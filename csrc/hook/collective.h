@@ -69,7 +69,7 @@ struct CallStats {
   int64_t messages_sent = 0;    // block messages (a two-part message counts once)
   int64_t meta_bytes_sent = 0;  // statistics all-reduce, this rank
   double bits_per_coord = 0.0;  // wire bits per coordinate of one full copy of the bucket
-  int64_t width_units[5] = {0, 0, 0, 0, 0};
+  int64_t width_units[5] = {0, 0, 0, 0, 0};  // dynamiq: super-groups per width 1/2/4/8/16 (other modes: 0)
   int64_t blocks = 0;
   double t_local = 0.0, t_header = 0.0, t_meta = 0.0, t_plan = 0.0;
   double t_kernel = 0.0, t_wait = 0.0, t_post = 0.0, t_total = 0.0;

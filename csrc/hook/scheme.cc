@@ -17,7 +17,6 @@ class NoneScheme final : public Scheme {
   Plan make_plan(DType dtype, int64_t numel, int num_chunks, int, const float*, PlanState&,
                  PlanInfo& info) const override {
     info.bits_per_coord = 8.0 * dtype_size(dtype);
-    info.width_units[4] = ceil_div<int64_t>(numel, 256);
     return make_identity_plan(dtype, numel, num_chunks);
   }
 

@@ -19,7 +19,8 @@ struct PlanState {
 
 // What the planner decided, for the hook's per-step statistics.
 struct PlanInfo {
-  // Units per width: index 0..4 for widths 1, 2, 4, 8, 16.
+  // dynamiq: super-groups per width, index 0..4 for widths 1, 2, 4, 8, 16
+  // (other modes leave it 0).
   int64_t width_units[5] = {0, 0, 0, 0, 0};
   // Wire bits per coordinate of one full copy of the bucket (all metadata included).
   double bits_per_coord = 0.0;

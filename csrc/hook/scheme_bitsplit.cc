@@ -24,11 +24,6 @@ class BitsplitScheme final : public Scheme {
     Plan p = codec_.make_plan(dtype, numel, num_chunks);
     info.bits_per_coord =
         numel > 0 ? 8.0 * double(p.wire_offset.back()) / double(numel) : 0.0;
-    // width_units counts DynamiQ's widths 1/2/4/8/16; the bit-split widths
-    // that coincide (2, 4, 8) report all units there.
-    const int b = codec_.params().bits;
-    const int idx = b == 2 ? 1 : b == 4 ? 2 : b == 8 ? 3 : -1;
-    if (idx >= 0) info.width_units[idx] = p.num_units;
     return p;
   }
 

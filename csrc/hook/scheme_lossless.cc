@@ -18,9 +18,9 @@ class LosslessScheme final : public Scheme {
   Plan make_plan(DType dtype, int64_t numel, int num_chunks, int, const float*, PlanState&,
                  PlanInfo& info) const override {
     // Wire size is data-dependent; report the raw width as the upper bound
-    // (a block is never more than raw + 16 header bytes).
+    // (a block is never more than raw + 16 header bytes; CallStats::bytes_sent
+    // has what was sent).
     info.bits_per_coord = 8.0 * dtype_size(dtype);
-    info.width_units[4] = ceil_div<int64_t>(numel, 256);
     return make_lossless_plan(dtype, numel, num_chunks);
   }
 

@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cmath>
 #include <cstring>
+#include <string>
 #include <type_traits>
 
 #include "parallel.h"
@@ -273,9 +275,16 @@ constexpr const char* kBaselineIsa = "generic";
 #endif
 
 int detect_isa() {
-#if defined(DQ_HAVE_AVX512)
+  // "avx2" forces the AVX2 kernels; unset, empty, "auto" and "avx512" pick the
+  // best the CPU has. Anything else is ignored with a warning (not worth
+  // failing a training job over).
   const char* e = std::getenv("DYNAMIQ_CPU_ISA");
-  if (e && std::string(e) == "avx2") return 0;
+  const std::string v = e ? e : "";
+  if (!v.empty() && v != "avx2" && v != "avx512" && v != "auto")
+    std::fprintf(stderr, "dynamiq: ignoring DYNAMIQ_CPU_ISA=%s (allowed: avx2, avx512, auto); choosing by CPU\n",
+                 v.c_str());
+#if defined(DQ_HAVE_AVX512)
+  if (v == "avx2") return 0;
   __builtin_cpu_init();
   return (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
           __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl"))

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <condition_variable>
 #include <cstdlib>
 #include <exception>
@@ -25,8 +26,12 @@ int threads_from_env() {
   if (!e || !*e) return 1;
   char* end = nullptr;
   const long v = std::strtol(e, &end, 10);
-  // A bad value is not worth failing a training job over: fall back to 1.
-  if (end == e || *end != '\0' || v < 1 || v > kMaxThreads) return 1;
+  // A bad value is not worth failing a training job over: fall back to 1, and say so.
+  if (end == e || *end != '\0' || v < 1 || v > kMaxThreads) {
+    std::fprintf(stderr, "dynamiq: ignoring DYNAMIQ_CPU_THREADS=%s (not an integer in [1, %d]); using 1 thread\n",
+                 e, kMaxThreads);
+    return 1;
+  }
   return int(v);
 }
 

@@ -48,7 +48,11 @@ class Config:
         owners, slower than ring there: README "Choosing a topology"), or
         "twostep".
       bits: dynamiq: budget in bits per coordinate including group and
-        super-group scales (2.0 < bits <= 16); bitsplit: integer width 2..8.
+        super-group scales, at most 16 and at least the narrowest allowed
+        width's cost with its scales (2.5625 for the default widths and
+        sizes); bitsplit: integer code width 2..8 (the wire carries more:
+        group scales and zeros, and at 2-3 bits the reserved spikes, so
+        2 and 3 bits cost more than 4: README "Modes in detail")
       seed: seeds all randomness (stochastic and correlated rounding). Same
         seed and same collective sequence give the same bytes on the wire.
       widths: dynamiq widths allowed for a super-group, a subset of
@@ -67,8 +71,10 @@ class Config:
         on for 2 and 3 bits.
       log_scales: bitsplit: integer log2 scales (theta = 10).
       eps: dynamiq: the spacing parameter of the non-uniform levels
-        f(eps, r) for widths (1, 2, 4, 8); -1 keeps a width's default
-        (None: all defaults, 0.30 at 4 bits and 0.06 at 8).
+        f(eps, r) for widths (1, 2, 4, 8): four numbers in [0, 4] (0: evenly
+        spaced levels; widths 1 and 2 have no interior levels and ignore
+        it), -1 keeps a width's default (None: all defaults, 0.30 at 4 bits
+        and 0.06 at 8). An eps whose levels collapse in float32 is refused.
       uniform_levels: dynamiq ablation: evenly spaced levels.
       hierarchical_scales: dynamiq: uint8 group scales under a bf16
         super-group scale (True, the format); False sends bf16 group scales
@@ -174,8 +180,8 @@ class Config:
                 eps = tuple(float(e) for e in self.eps)
             except (TypeError, ValueError, OverflowError):
                 eps = ()
-            if len(eps) != 4 or any(not (e > 0 or e == -1) or not math.isfinite(e) for e in eps):
-                raise _err("eps", self.eps, "four positive numbers (for widths 1, 2, 4, 8), -1 for the default")
+            if len(eps) != 4 or any(not (0 <= e <= 4 or e == -1) for e in eps):
+                raise _err("eps", self.eps, "four numbers in [0, 4] (for widths 1, 2, 4, 8), -1 for the default")
             object.__setattr__(self, "eps", eps)
         if not (is_int(self.block_bytes) and (self.block_bytes == 0 or 1024 <= self.block_bytes <= 1 << 30)):
             raise _err("block_bytes", self.block_bytes, "0 (per-path default) or an integer in [1024, 1073741824]")

@@ -1,6 +1,6 @@
 """A short DDP training run with dynamiq: a tiny byte-level transformer LM on
-text that ships with CPython (the pydoc topics), 2-4 local CPU workers over
-Gloo. No downloads.
+text that ships with CPython (the pydoc topics), local CPU workers over
+Gloo (2 by default). No downloads.
 
     python -m dynamiq.demo                      # 2 workers, mode dynamiq, 5 bits, ring
     python -m dynamiq.demo --world 4 --mode none --steps 50
@@ -123,7 +123,12 @@ def _worker(rank: int, world: int, args: argparse.Namespace, store: str) -> None
         if rank == 0:
             st = state.last_step_stats
             sent = sum(s["bytes_sent"] + s["meta_bytes_sent"] for s in st)
-            bits = sum(s["bits_per_coord"] * s["numel"] for s in st) / max(1, sum(s["numel"] for s in st))
+            # bits per coordinate this rank sent, counting one all-reduce as 2 (n - 1) / n
+            # copies of the bucket (what every rank of a ring sends; lossless's
+            # bits_per_coord is only its upper bound, the raw width)
+            numel = sum(s["numel"] for s in st)
+            bits = 8.0 * sum(s["bytes_sent"] for s in st) / max(1, numel * 2 * (world - 1) / world) \
+                if world > 1 else 0.0
             paths = sorted({s["path"] for s in st})
             print(f"step {step:4d}  loss {mean_loss.item():.4f}  time {dt * 1e3:7.1f} ms  "
                   f"sent {sent / 1e6:6.2f} MB  {bits:5.2f} bits/coord  {','.join(paths)}", flush=True)
@@ -143,9 +148,11 @@ def _worker(rank: int, world: int, args: argparse.Namespace, store: str) -> None
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--world", type=int, default=2, help="local worker processes (2-4)")
-    p.add_argument("--steps", type=int, default=40)
+    p = argparse.ArgumentParser(description="A short DDP training run with dynamiq: a tiny byte-level "
+                                "transformer LM, local CPU workers over Gloo, no downloads.")
+    p.add_argument("--world", type=int, default=2,
+                   help="local worker processes (default 2; 1-16; more than the CPU count just runs slower)")
+    p.add_argument("--steps", type=int, default=40, help="training steps (>= 1)")
     p.add_argument("--mode", default="dynamiq", choices=["none", "dynamiq", "lossless", "bitsplit"])
     p.add_argument("--topology", default="ring", choices=["ring", "butterfly", "twostep"])
     p.add_argument("--bits", type=float, default=None,
@@ -157,6 +164,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--batch", type=int, default=16)
     p.add_argument("--lr", type=float, default=3e-3)
     args = p.parse_args(argv)
+    if not 1 <= args.world <= 16:
+        p.error(f"--world must be in 1..16, got {args.world}")
+    if args.steps < 1:
+        p.error(f"--steps must be at least 1, got {args.steps}")
     import dynamiq
 
     if args.mode not in dynamiq.available_modes():

@@ -44,8 +44,10 @@ class HookState:
         dynamiq buckets: `alloc_exact` = 1 when the widths came from an exact
         search, `alloc_fallbacks` = 1 when that was the fast allocator's
         fallback after the statistics moved too far since the last step).
-      totals: running sums over all steps: bytes, buckets per path, exact
-        allocator searches and fallbacks.
+      totals: running sums over all steps of this rank: `bytes_sent` (the
+        all-reduces of the buckets) and `meta_bytes_sent` (dynamiq's
+        statistics all-reduces), as in last_step_stats; `buckets`; buckets per
+        path; exact allocator searches and fallbacks. Not in state_dict.
 
     Tuning: lower `bits` sends less but adds error; "butterfly" needs fewer
     hops (error grows more slowly with world size) but each hop carries more.
@@ -65,7 +67,7 @@ class HookState:
         self.alloc_u: Dict[int, tuple] = {}
         self.last_step_stats: List[dict] = []
         self._current: List[dict] = []
-        self.totals: Dict[str, Any] = {"bytes_sent": 0, "buckets": 0, "paths": {},
+        self.totals: Dict[str, Any] = {"bytes_sent": 0, "meta_bytes_sent": 0, "buckets": 0, "paths": {},
                                        "alloc_exact": 0, "alloc_fallbacks": 0}
 
     @property
@@ -102,7 +104,8 @@ class HookState:
         self._current.append(stats)
         if stats.get("u") is not None:
             self.alloc_u[index] = tuple(stats["u"])
-        self.totals["bytes_sent"] += stats["bytes_sent"] + stats["meta_bytes_sent"]
+        self.totals["bytes_sent"] += stats["bytes_sent"]
+        self.totals["meta_bytes_sent"] += stats["meta_bytes_sent"]
         self.totals["buckets"] += 1
         paths = self.totals["paths"]
         paths[stats["path"]] = paths.get(stats["path"], 0) + 1

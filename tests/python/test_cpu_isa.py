@@ -60,3 +60,23 @@ def test_avx512_and_avx2_kernels_give_identical_all_reduce_results(tmp_path):
                 f"{key} rank {rank}: {isa} and avx2 kernels differ"
     if isa == "avx2":
         pytest.skip("no AVX-512 on this CPU: only cross-process determinism was checked")
+
+
+@pytest.mark.parametrize("var,value,ok", [
+    ("DYNAMIQ_CPU_THREADS", "abc", False), ("DYNAMIQ_CPU_THREADS", "1000", False),
+    ("DYNAMIQ_CPU_THREADS", "0", False), ("DYNAMIQ_CPU_THREADS", "2", True),
+    ("DYNAMIQ_CPU_ISA", "foo", False), ("DYNAMIQ_CPU_ISA", "avx2", True), ("DYNAMIQ_CPU_ISA", "auto", True),
+])
+def test_bad_environment_settings_are_ignored_with_a_warning(var, value, ok):
+    env = {k: v for k, v in os.environ.items() if k not in ("DYNAMIQ_CPU_THREADS", "DYNAMIQ_CPU_ISA")}
+    env[var] = value
+    code = "import dynamiq; print(dynamiq.cpu_threads(), dynamiq.cpu_isa())"
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    threads, isa = r.stdout.split()
+    warned = f"ignoring {var}={value}" in r.stderr
+    assert warned == (not ok), r.stderr
+    if var == "DYNAMIQ_CPU_THREADS":
+        assert int(threads) == (int(value) if ok else 1)
+    elif value == "avx2" and isa != "generic":  # (a build without x86 kernels has nothing to force)
+        assert isa == "avx2"

@@ -338,6 +338,9 @@ def test_resume_from_checkpoint_continues_bit_for_bit(tmp_path):
     # equally valid, rounding). One parameter tensor keeps one layout.
     full = run_ranks(_resume, 2, "full", str(tmp_path))
     run_ranks(_resume, 2, "first", str(tmp_path))
+    # the hook state is the same on every rank (one rank's copy is enough to resume)
+    states = [torch.load(f"{tmp_path}/rank{r}.pt")["dynamiq"] for r in range(2)]
+    assert states[0] == states[1] and states[0]["alloc_u"], states
     resumed = run_ranks(_resume, 2, "second", str(tmp_path))
     for r in range(2):
         assert torch.equal(resumed[r], full[r]), f"rank {r}: resumed run differs"

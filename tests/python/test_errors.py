@@ -175,6 +175,23 @@ def test_config_validation_names_field():
             dynamiq.Config(**kw)
 
 
+def test_eps_range_is_the_codecs():
+    # [0, 4] per width, -1 for the default: the defaults themselves, written out,
+    # and 0 (evenly spaced levels) are accepted and give the same bytes as the
+    # equivalent settings; above 4 is refused naming the field.
+    g = torch.Generator().manual_seed(0)
+    xs = [torch.randn(8192, generator=g) for _ in range(2)]
+    base = dict(mode="dynamiq", min_compress_numel=0)
+    ref = dynamiq.simulate(xs, dynamiq.Config(**base))[0]
+    assert torch.equal(dynamiq.simulate(xs, dynamiq.Config(**base, eps=(0, 0, 0.3, 0.06)))[0], ref)
+    uni = dynamiq.simulate(xs, dynamiq.Config(**base, uniform_levels=True))[0]
+    assert not torch.equal(uni, ref)
+    assert torch.equal(dynamiq.simulate(xs, dynamiq.Config(**base, eps=(0, 0, 0, 0)))[0], uni)
+    for bad in ((5, 5, 5, 5), (-0.5, -1, -1, -1), (-1, -1, 4.5, -1)):
+        with pytest.raises(dynamiq.ConfigError, match="eps"):
+            dynamiq.Config(**base, eps=bad)
+
+
 def test_not_initialized():
     with pytest.raises(dynamiq.DynamiqError, match="not initialized"):
         dynamiq.all_reduce(torch.ones(3), dynamiq.Config(mode="none"))

@@ -284,6 +284,19 @@ def test_hook_reports_allocator_searches_and_keeps_the_budget_when_gradients_jum
     assert [r[2] for r in fast] == [1, 0, 1, 0, 1, 1, 0], fast
     assert [r[3] for r in fast] == [0, 0, 1, 0, 1, 1, 0], fast
     assert totals["alloc_exact"] == 4 and totals["alloc_fallbacks"] == 3, totals
+    assert totals["buckets"] == len(factors) and totals["meta_bytes_sent"] > 0 and totals["bytes_sent"] > 0
     for (_, bf, *_), (_, be, *_) in zip(fast, exact):
         assert be <= 5.0 and bf <= 5.0
         assert abs(bf - be) < 0.01, (fast, exact)
+
+
+def test_width_units_count_dynamiq_super_groups_only():
+    g = torch.Generator().manual_seed(1)
+    xs = [torch.randn(10_000, generator=g) for _ in range(2)]
+    _, st = dynamiq.simulate(xs, dynamiq.Config(mode="dynamiq", min_compress_numel=0), return_stats=True)
+    assert sum(st[0]["width_units"].values()) == math.ceil(10_000 / 256)
+    assert st[0]["width_units"][16] == 0 and st[0]["alloc_exact"] == 1
+    for mode, bits in (("none", 5.0), ("lossless", 5.0), ("bitsplit", 4), ("bitsplit", 3)):
+        _, st = dynamiq.simulate(xs, dynamiq.Config(mode=mode, bits=bits, min_compress_numel=0), return_stats=True)
+        assert set(st[0]["width_units"].values()) == {0}, (mode, st[0]["width_units"])
+        assert st[0]["alloc_exact"] == 0 and st[0]["alloc_passes"] == 0
