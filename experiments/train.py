@@ -95,8 +95,9 @@ def rank_main(args, out_path: str) -> None:
         log["steps"].append(step)
         log["loss"].append(lv.item() / world)
         log["wall"].append(wall)
-        if m != "powersgd4" and state is not None and state.last_step_stats:
-            # wire bits per coordinate this step (all buckets) and exact allocator searches
+        if m in ("dynamiq5", "bitsplit4") and state is not None and state.last_step_stats:
+            # wire bits per coordinate this step (all buckets; the plan's size, exact for
+            # these modes, only an upper bound for lossless) and exact allocator searches
             st = state.last_step_stats
             log.setdefault("bits", []).append(sum(b["bits_per_coord"] * b["numel"] for b in st)
                                               / max(1, sum(b["numel"] for b in st)))

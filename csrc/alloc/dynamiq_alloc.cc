@@ -583,6 +583,7 @@ AllocResult dynamiq_allocate(const float* sumsq, int64_t numel, const AllocParam
   // reach): the exact C rounded up to the grid u lives on (never more bits).
   auto exact_on_grid = [&] {
     const int64_t k_exact = exact_search(f, pr, passes);
+    res.exact_search = true;
     k_final = std::min(kPatternInf, (k_exact + kGrid - 1) & ~(kGrid - 1));
     k_prev = k_exact - 1;
     state.has_u = true;
@@ -594,6 +595,7 @@ AllocResult dynamiq_allocate(const float* sumsq, int64_t numel, const AllocParam
     k_final = 0;  // C = 0: every threshold 0, everything at the widest width
   } else if (params.solver == AllocSolver::kExact) {
     k_final = exact_search(f, pr, passes);
+    res.exact_search = true;
     k_prev = k_final - 1;
   } else if (!(state.has_u && std::isfinite(state.u))) {
     // Fast solver, first step: there is no u to start from.

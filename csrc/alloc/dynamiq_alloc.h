@@ -169,6 +169,10 @@ struct AllocResult {
   // within max_passes (the statistics moved too far), so the step searched
   // exactly (its passes then include the exact search's).
   bool exact_fallback = false;
+  // An exact search ran: the exact solver, the fast solver's first step, or
+  // its fallback (not the C = 0 case, where the budget fits every SG at the
+  // widest width and nothing is searched).
+  bool exact_search = false;
 };
 
 // Validated allowed widths. Throws Error for an empty mask, a width outside

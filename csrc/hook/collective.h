@@ -78,10 +78,12 @@ struct CallStats {
   bool has_u = false;
   double u = 0.0;       // allocator state after this call (carry to the next step)
   double u_step = 0.0;
-  // Allocator work (dynamiq mode; summed over slices): passes over the
-  // statistics, slices whose widths came from an exact search (a first step,
-  // AllocSolver::kExact, or a fallback), of those the fast solver's fallbacks
-  // (the statistics moved too far since the last step: AllocResult::exact_fallback).
+  // Allocator work (dynamiq mode; summed over slices): its cost evaluations
+  // (fast: passes over the statistics; exact search: bisection steps; plus the
+  // tie fill's passes), slices whose widths came from an exact search (a
+  // first step, AllocSolver::kExact, or a fallback; not a budget that fits
+  // every SG at the widest width), of those the fast solver's fallbacks (the
+  // statistics moved too far since the last step: AllocResult::exact_fallback).
   int64_t alloc_passes = 0;
   int64_t alloc_exact = 0;
   int64_t alloc_fallbacks = 0;

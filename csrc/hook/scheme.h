@@ -24,9 +24,9 @@ struct PlanInfo {
   int64_t width_units[5] = {0, 0, 0, 0, 0};
   // Wire bits per coordinate of one full copy of the bucket (all metadata included).
   double bits_per_coord = 0.0;
-  // Allocator (dynamiq mode): its cost evaluations, and whether it searched
-  // exactly (the exact solver, the fast solver's first step, or its fallback
-  // when the statistics moved out of reach: AllocResult::exact_fallback).
+  // Allocator (dynamiq mode): its cost evaluations (AllocResult::passes +
+  // fill_passes), whether it searched exactly (AllocResult::exact_search) and
+  // whether that was the fast solver's fallback (AllocResult::exact_fallback).
   int64_t alloc_passes = 0;
   bool alloc_exact = false;
   bool alloc_fallback = false;

@@ -84,7 +84,6 @@ class DynamiqScheme final : public Scheme {
     // stats are [mean, sum of squares] per super-group: the allocator reads every second float.
     Plan plan = make_dynamiq_plan(dtype, numel, global_stats + 1, 2, alloc_, as, num_chunks,
                                   SgLayout::kBalancedByWidth, &res);
-    const bool warm_fast = alloc_.solver == AllocSolver::kFast && state.has_u;
     state.has_u = as.has_u;
     state.u = as.u;
     state.step = as.step;
@@ -96,7 +95,7 @@ class DynamiqScheme final : public Scheme {
     info.bits_per_coord = res.bits_per_coord;
     info.alloc_passes = res.passes + res.fill_passes;
     info.alloc_fallback = res.exact_fallback;
-    info.alloc_exact = !warm_fast || res.exact_fallback;
+    info.alloc_exact = res.exact_search;
     return plan;
   }
 

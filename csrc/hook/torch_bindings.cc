@@ -190,6 +190,8 @@ py::list run_simulate(std::vector<at::Tensor> tensors, const CollectiveConfig& c
       a.numel = tensors[size_t(r)].numel();
       a.op = to_op(op);
       a.seq = seq;
+      PlanState ps;  // as a real call: one allocator state for all slices of the bucket
+      a.plan_state = &ps;
       stats[size_t(r)] = all_reduce(tr, cfg, a);
     });
   }

@@ -48,11 +48,12 @@ class Config:
         owners, slower than ring there: README "Choosing a topology"), or
         "twostep".
       bits: dynamiq: budget in bits per coordinate including group and
-        super-group scales, at most 16 and at least the narrowest allowed
-        width's cost with its scales (2.5625 for the default widths and
-        sizes); bitsplit: integer code width 2..8 (the wire carries more:
-        group scales and zeros, and at 2-3 bits the reserved spikes, so
-        2 and 3 bits cost more than 4: README "Modes in detail")
+        super-group scales: more than 2, at most 16, and at least the
+        narrowest allowed width's cost with its scales (2.5625 for the
+        default widths and sizes); bitsplit: integer code width 2..8 (the
+        wire carries more: group scales and zeros, and at 2-3 bits the
+        reserved spikes, so 3 bits, and 2 on float32 buckets, cost more
+        than 4: README "Choosing bits")
       seed: seeds all randomness (stochastic and correlated rounding). Same
         seed and same collective sequence give the same bytes on the wire.
       widths: dynamiq widths allowed for a super-group, a subset of

@@ -41,9 +41,9 @@ class HookState:
         changed simply starts from the previous u.
       last_step_stats: per-bucket statistics of the last completed step (bytes
         sent, bits per coordinate, width histogram, time split, path taken;
-        dynamiq buckets: `alloc_exact` = 1 when the widths came from an exact
-        search, `alloc_fallbacks` = 1 when that was the fast allocator's
-        fallback after the statistics moved too far since the last step).
+        dynamiq buckets: `alloc_exact`, slices whose widths came from an
+        exact search, and `alloc_fallbacks`, of those the fast allocator's
+        fallbacks after the statistics moved too far since the last step).
       totals: running sums over all steps of this rank: `bytes_sent` (the
         all-reduces of the buckets) and `meta_bytes_sent` (dynamiq's
         statistics all-reduces), as in last_step_stats; `buckets`; buckets per
@@ -166,7 +166,9 @@ def _sparse_mean(grad: torch.Tensor, group: dist.ProcessGroup) -> tuple:
     t = t / dist.get_world_size(group)
     # only what is known here (torch does not say what its sparse all-reduce received)
     return t, {"path": "sparse", "numel": grad.numel(), "bytes_sent": nbytes, "meta_bytes_sent": 0,
-               "bits_per_coord": 8.0 * nbytes / max(1, grad.numel()), "u": None}
+               "bits_per_coord": 8.0 * nbytes / max(1, grad.numel()), "u": None,
+               "width_units": {w: 0 for w in (1, 2, 4, 8, 16)}, "alloc_exact": 0, "alloc_fallbacks": 0,
+               "alloc_passes": 0}
 
 
 def register(ddp_model: torch.nn.parallel.DistributedDataParallel, config: Optional[Config] = None,

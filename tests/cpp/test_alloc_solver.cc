@@ -751,6 +751,35 @@ TEST(AllocFastSolver, OneStepChangesKeepTheBudgetUsed) {
   }
 }
 
+// AllocResult::exact_search says whether a search over C ran (the hook reports it).
+TEST(AllocFastSolver, ExactSearchFlagSaysWhenASearchRan) {
+  const int64_t num_sg = 3000, numel = num_sg * 256;
+  const auto f = lognormal_stats(num_sg, 3.0, 0.2, 53);
+  std::vector<uint8_t> w(static_cast<size_t>(num_sg));
+  AllocParams p;
+  p.solver = AllocSolver::kFast;
+  AllocState st;
+  EXPECT_TRUE(dynamiq_allocate(f.data(), numel, p, st, w.data()).exact_search);  // cold
+  const AllocResult warm = dynamiq_allocate(f.data(), numel, p, st, w.data());
+  EXPECT_FALSE(warm.exact_search);
+  EXPECT_FALSE(warm.exact_fallback);
+  std::vector<float> g(f);
+  for (auto& x : g) x *= 2.0f;
+  const AllocResult jump = dynamiq_allocate(g.data(), numel, p, st, w.data());
+  EXPECT_TRUE(jump.exact_search && jump.exact_fallback);
+  p.solver = AllocSolver::kExact;
+  EXPECT_TRUE(dynamiq_allocate(f.data(), numel, p, st, w.data()).exact_search);
+  // a budget that fits every SG at the widest width: nothing to search
+  for (AllocSolver s : {AllocSolver::kExact, AllocSolver::kFast}) {
+    p.solver = s;
+    p.bits = 9.0;
+    AllocState fresh;
+    const AllocResult r = dynamiq_allocate(f.data(), numel, p, fresh, w.data());
+    EXPECT_FALSE(r.exact_search);
+    EXPECT_EQ(r.width_count[dynamiq_width_index(8)], num_sg);
+  }
+}
+
 // ---- performance sanity (printed, not asserted) ---------------------------------
 
 double thread_cpu_ms() {

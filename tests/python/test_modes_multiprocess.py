@@ -300,3 +300,20 @@ def test_width_units_count_dynamiq_super_groups_only():
         _, st = dynamiq.simulate(xs, dynamiq.Config(mode=mode, bits=bits, min_compress_numel=0), return_stats=True)
         assert set(st[0]["width_units"].values()) == {0}, (mode, st[0]["width_units"])
         assert st[0]["alloc_exact"] == 0 and st[0]["alloc_passes"] == 0
+
+
+def test_alloc_exact_counts_searches_only():
+    g = torch.Generator().manual_seed(2)
+    # a budget that fits every super-group at 8 bits: nothing is searched
+    xs = [torch.randn(10_000, generator=g) for _ in range(2)]
+    for alloc in ("fast", "exact"):
+        _, st = dynamiq.simulate(xs, dynamiq.Config(mode="dynamiq", bits=9.0, allocator=alloc, min_compress_numel=0),
+                                 return_stats=True)
+        assert st[0]["width_units"][8] == math.ceil(10_000 / 256) and st[0]["alloc_exact"] == 0, st[0]
+    # a bucket of 4 slices with equal statistics: as in a real call, the slices share one
+    # allocator state, so only the first searches exactly (simulate gave each slice its own: 4)
+    pat = torch.randn(16384, generator=g)
+    xs = [pat.repeat(4), 2 * pat.repeat(4)]
+    cfg = dynamiq.Config(mode="dynamiq", max_collective_bytes=65536, min_compress_numel=0)
+    _, st = dynamiq.simulate(xs, cfg, return_stats=True)
+    assert st[0]["slices"] == 4 and st[0]["alloc_exact"] == 1 and st[0]["alloc_fallbacks"] == 0, st[0]
