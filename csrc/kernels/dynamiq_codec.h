@@ -74,8 +74,6 @@ class DynamiqTables {
   DynamiqTables(const DynamiqTables& o)
       : image_(o.image_), offsets_(o.offsets_), view_(rebased(image_.data())) {
     for (int wi = 0; wi < 4; ++wi) {
-      cell_pair_[wi] = o.cell_pair_[wi];
-      level_pair_[wi] = o.level_pair_[wi];
       cell_rec_[wi] = o.cell_rec_[wi];
     }
     r255_rec_ = o.r255_rec_;
@@ -94,14 +92,8 @@ class DynamiqTables {
   // Contiguous byte image of all tables and the offsets of each array in it,
   // so a device copy can rebase the pointers (see cuda/dynamiq_kernels.h).
   const std::vector<uint8_t>& image() const { return image_; }
-  // CPU-only copies of the width-index wi tables as (first, second) 32-bit
-  // pairs, so that one 64-bit gather fetches both (the AVX-512 width-8 loop):
-  // cell_pair[c] = (cell[c], bits of level[cell[c] + 1]),
-  // level_pair[j] = (bits of level[j], bits of invgap[j]), j < m.
-  const uint64_t* cell_pair(int wi) const { return cell_pair_[wi].data(); }
-  const uint64_t* level_pair(int wi) const { return level_pair_[wi].data(); }
   // CPU-only: everything the bracket step needs per cell c, as 4 x 32 bits (one
-  // 16-byte load; the AVX2 width-8 loop): with j = cell[c], (bits of level[j + 1]
+  // 16-byte load; the AVX2 and AVX-512 width-8 loops): with j = cell[c], (bits of level[j + 1]
   // or 0x7f800000 when j = m - 1 (no step past the last bracket), bits of
   // level[j], bits of invgap[j], bits of invgap[j + 1] or 0 when j = m - 1).
   const uint32_t* cell_rec(int wi) const { return cell_rec_[wi].data(); }
@@ -130,7 +122,6 @@ class DynamiqTables {
   std::vector<uint8_t> image_;
   DqTables offsets_;  // pointers hold byte offsets into image_
   DqTables view_;
-  std::vector<uint64_t> cell_pair_[4], level_pair_[4];
   std::vector<uint32_t> cell_rec_[4];
   std::vector<float> r255_rec_;
   Width4Regs w4_;
