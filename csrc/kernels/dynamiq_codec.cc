@@ -913,6 +913,26 @@ void encode_values_avx2(const DqLevels& lv, const uint32_t* __restrict recp, con
 #endif
 
 #if defined(DQ_HAVE_AVX512)
+// load_records8 on 16 lanes: sixteen 16-byte records base + 4 idx[k],
+// transposed (out[f] lane k = field f of record k). 16 plain loads and a 4x4
+// transpose per 128-bit lane; on the Zen 4 guest cheaper than the 16-lane
+// gathers of the same fields.
+DQ_AVX512_FN inline void load_records16(const float* base, const int32_t* idx, __m512 out[4]) {
+  auto row = [&](int q) DQ_AVX512_FN {  // records q, q + 4, q + 8, q + 12
+    __m512 r = _mm512_castps128_ps512(_mm_loadu_ps(base + 4 * idx[q]));
+    r = _mm512_insertf32x4(r, _mm_loadu_ps(base + 4 * idx[q + 4]), 1);
+    r = _mm512_insertf32x4(r, _mm_loadu_ps(base + 4 * idx[q + 8]), 2);
+    return _mm512_insertf32x4(r, _mm_loadu_ps(base + 4 * idx[q + 12]), 3);
+  };
+  const __m512 r0 = row(0), r1 = row(1), r2 = row(2), r3 = row(3);
+  const __m512 t0 = _mm512_unpacklo_ps(r0, r1), t1 = _mm512_unpackhi_ps(r0, r1);
+  const __m512 t2 = _mm512_unpacklo_ps(r2, r3), t3 = _mm512_unpackhi_ps(r2, r3);
+  out[0] = _mm512_shuffle_ps(t0, t2, 0x44);
+  out[1] = _mm512_shuffle_ps(t0, t2, 0xEE);
+  out[2] = _mm512_shuffle_ps(t1, t3, 0x44);
+  out[3] = _mm512_shuffle_ps(t1, t3, 0xEE);
+}
+
 // encode_values_avx2 on 16 lanes with mask registers, for nb = S*B/8 a
 // multiple of 16: each iteration makes 16 code bytes from P = 8/B vectors.
 //
@@ -1008,24 +1028,16 @@ DQ_AVX512_FN void encode_values_avx512_t(const DqLevels& lv, const uint32_t* __r
       c = _mm512_max_epi32(c, _mm512_setzero_si512());
       c = _mm512_min_epi32(c, clast);
       // j = cell[c] by 16 scalar loads, and the cell's record (next, level[j],
-      // invgap[j], invgap[j + 1]) by 16 16-byte loads and a 4x4 transpose per
-      // 128-bit lane: on the Zen 4 guest 1.1x faster than two dependent pairs
-      // of 8 x 64-bit gathers (j and next, then level[j] and invgap[j])
+      // invgap[j], invgap[j + 1]) by load_records16: on the Zen 4 guest 1.1x
+      // faster than two dependent pairs of 8 x 64-bit gathers (j and next, then
+      // level[j] and invgap[j])
       alignas(64) int32_t ci[16];
       _mm512_store_si512(ci, c);
       j = _mm512_inserti64x4(_mm512_castsi256_si512(insert8_epi32([&](int k) { return lv.cell[ci[k]]; })),
                              insert8_epi32([&](int k) { return lv.cell[ci[k + 8]]; }), 1);
-      auto row = [&](int q) DQ_AVX512_FN {  // records q, q + 4, q + 8, q + 12
-        __m512 r = _mm512_castps128_ps512(_mm_loadu_ps(rec + 4 * ci[q]));
-        r = _mm512_insertf32x4(r, _mm_loadu_ps(rec + 4 * ci[q + 4]), 1);
-        r = _mm512_insertf32x4(r, _mm_loadu_ps(rec + 4 * ci[q + 8]), 2);
-        return _mm512_insertf32x4(r, _mm_loadu_ps(rec + 4 * ci[q + 12]), 3);
-      };
-      const __m512 r0 = row(0), r1 = row(1), r2 = row(2), r3 = row(3);
-      const __m512 t0 = _mm512_unpacklo_ps(r0, r1), t1 = _mm512_unpackhi_ps(r0, r1);
-      const __m512 t2 = _mm512_unpacklo_ps(r2, r3), t3 = _mm512_unpackhi_ps(r2, r3);
-      const __m512 next = _mm512_shuffle_ps(t0, t2, 0x44), l0 = _mm512_shuffle_ps(t0, t2, 0xEE);
-      const __m512 g0 = _mm512_shuffle_ps(t1, t3, 0x44), g1 = _mm512_shuffle_ps(t1, t3, 0xEE);
+      __m512 f[4];
+      load_records16(rec, ci, f);
+      const __m512 next = f[0], l0 = f[1], g0 = f[2], g1 = f[3];
       // step where a >= level[j + 1] (never past m - 1: next is +inf there)
       const __mmask16 step = _mm512_cmpge_epi32_mask(ab, _mm512_castps_si512(next));
       j = _mm512_mask_add_epi32(j, step, j, one);
@@ -1240,7 +1252,7 @@ DQ_AVX512_FN uint32_t group_max16_avx512(const float* __restrict t, int G, float
 
 // group_scales_up_avx2 on 16 groups per iteration (G16 a multiple of 16).
 DQ_AVX512_FN void group_scales_up_avx512(const float* __restrict gmax, float Msg,
-                                         const float* __restrict r255, int G16,
+                                         const float* __restrict rrec, int G16,
                                          uint32_t* __restrict rk, float* __restrict ik) {
   const int32_t mb = int32_t(f32_bits(Msg));
   const __m512 Mq = _mm512_set1_ps(bits_f32(mb > 0 ? uint32_t(mb) : 0x3f800000u));
@@ -1259,11 +1271,15 @@ DQ_AVX512_FN void group_scales_up_avx512(const float* __restrict gmax, float Msg
     __m512i r = _mm512_cvttps_epi32(_mm512_castsi512_ps(tb));  // floor (t >= 0)
     r = _mm512_mask_add_epi32(r, _mm512_cmpgt_epi32_mask(tb, _mm512_castps_si512(_mm512_cvtepi32_ps(r))), r, one_i);
     r = _mm512_min_epi32(r, c255);
-    const __m512i s0 = _mm512_castps_si512(_mm512_mul_ps(_mm512_i32gather_ps(r, r255, 4), Mq));
-    const __m512i sm = _mm512_castps_si512(
-        _mm512_mul_ps(_mm512_i32gather_ps(_mm512_max_epi32(_mm512_sub_epi32(r, one_i), zero), r255, 4), Mq));
-    const __m512i sp = _mm512_castps_si512(
-        _mm512_mul_ps(_mm512_i32gather_ps(_mm512_min_epi32(_mm512_add_epi32(r, one_i), c255), r255, 4), Mq));
+    // R255 at max(r - 1, 0), r and min(r + 1, 255) from r's record (r255_rec;
+    // as group_scales_up_avx2)
+    alignas(64) int32_t ri[16];
+    _mm512_store_si512(ri, r);
+    __m512 f[4];
+    load_records16(rrec, ri, f);
+    const __m512i sm = _mm512_castps_si512(_mm512_mul_ps(f[0], Mq));
+    const __m512i s0 = _mm512_castps_si512(_mm512_mul_ps(f[1], Mq));
+    const __m512i sp = _mm512_castps_si512(_mm512_mul_ps(f[2], Mq));
     const __mmask16 up = _mm512_cmpgt_epi32_mask(c255, r) & _mm512_cmpgt_epi32_mask(gb, s0);
     const __m512i r1 = _mm512_mask_add_epi32(r, up, r, one_i);
     const __m512i sdown = _mm512_mask_blend_epi32(up, sm, s0);
@@ -1530,7 +1546,7 @@ void encode_sg(const Ctx& cx, const DqRounding& rd, int64_t src, Work& ws, uint8
 #if defined(DQ_HAVE_AVX512)
         if (cpu_avx512()) {
           k0 = G - G % 16;
-          group_scales_up_avx512(gmax, Msg, r255, k0, rk, ik);
+          group_scales_up_avx512(gmax, Msg, cx.tables.r255_rec(), k0, rk, ik);
         }
 #endif
 #if defined(__AVX2__)
