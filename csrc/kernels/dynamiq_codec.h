@@ -99,7 +99,8 @@ class DynamiqTables {
   const uint32_t* cell_rec(int wi) const { return cell_rec_[wi].data(); }
   // CPU-only: r255_rec[4 r .. 4 r + 3] = (r255[max(r - 1, 0)], r255[r],
   // r255[min(r + 1, 255)], 0), r < 256: the three values the round-up group
-  // scale reads around its first guess r, in one 16-byte load (the AVX2 loop).
+  // scale reads around its first guess r, in one 16-byte load (the AVX2 and
+  // AVX-512 loops).
   const float* r255_rec() const { return r255_rec_.data(); }
   // CPU-only: width 4's bracket search as two 32-entry register tables (the
   // AVX-512 loop looks them up with vpermt2d instead of comparing against
