@@ -1,0 +1,237 @@
+// Wire-format golden: the bytes every mode puts on the wire, recorded once and
+// checked on every build (every ISA, thread count, the portable aarch64 build
+// and the sanitizer build). For each mode, config and dtype it drives the
+// scheme as the collective driver does (local pass -> plan over 3 chunks ->
+// per chunk: compress, the fused hop onto a second rank's data, the final
+// decompress) and compares the size and FNV-1a hash of each message with
+// tests/golden/wire.txt. A change of the wire format must be deliberate:
+// regenerate with DYNAMIQ_UPDATE_GOLDEN=1 and say why in CHANGELOG.md.
+//
+// The input data is built from integers and powers of two only (no libm), so
+// it is the same on every platform.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "hook/scheme.h"
+#include "kernels/float_bits.h"
+
+#ifndef DYNAMIQ_GOLDEN_DIR
+#error "DYNAMIQ_GOLDEN_DIR must name tests/golden"
+#endif
+
+namespace dynamiq {
+namespace {
+
+uint64_t fnv1a(const uint8_t* p, size_t n) {
+  uint64_t h = 1469598103934665603ull;
+  for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 1099511628211ull;
+  return h;
+}
+
+uint64_t splitmix(uint64_t& s) {
+  uint64_t z = (s += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+// Gradient-like float32 values: per-"layer" power-of-two scales over 2^-20..2^3,
+// a few spikes, a run of zeros, a super-group of equal values.
+std::vector<float> make_values(int64_t n, uint64_t seed) {
+  std::vector<float> v(static_cast<size_t>(n));
+  uint64_t s = seed;
+  int exp = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    if (i % 700 == 0) exp = int(splitmix(s) % 24) - 20;
+    const int64_t q = int64_t(splitmix(s) % 4001) - 2000;  // [-2000, 2000]
+    float x = std::ldexp(float(q) / 2000.0f, exp);
+    if (splitmix(s) % 997 == 0) x *= 64.0f;  // spike
+    v[size_t(i)] = x;
+  }
+  for (int64_t i = 1024; i < 1024 + 300 && i < n; ++i) v[size_t(i)] = 0.0f;
+  for (int64_t i = 2048; i < 2048 + 256 && i < n; ++i) v[size_t(i)] = 0.375f;
+  return v;
+}
+
+std::vector<uint8_t> as_dtype(const std::vector<float>& v, DType dt) {
+  std::vector<uint8_t> out(v.size() * size_t(dtype_size(dt)));
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (dt == DType::kF32) {
+      std::memcpy(out.data() + 4 * i, &v[i], 4);
+    } else {
+      const uint16_t h = dt == DType::kBF16 ? f32_to_bf16(v[i]) : f32_to_f16(v[i]);
+      std::memcpy(out.data() + 2 * i, &h, 2);
+    }
+  }
+  return out;
+}
+
+struct Case {
+  std::string name;
+  CollectiveConfig cfg;
+};
+
+std::vector<Case> cases() {
+  std::vector<Case> v;
+  auto add = [&](const std::string& name, Mode m, auto&& edit) {
+    Case c;
+    c.name = name;
+    c.cfg.mode = m;
+    c.cfg.seed = 1234;
+    edit(c.cfg);
+    v.push_back(c);
+  };
+  auto same = [](CollectiveConfig&) {};
+  add("none", Mode::kNone, same);
+  add("lossless", Mode::kLossless, same);
+  add("dynamiq.b5", Mode::kDynamiq, same);
+  add("dynamiq.b3", Mode::kDynamiq, [](CollectiveConfig& c) { c.bits = 3.0; });
+  add("dynamiq.b8.exact", Mode::kDynamiq, [](CollectiveConfig& c) { c.bits = 8.0; c.exact_allocator = true; });
+  add("dynamiq.b4.w1248_16", Mode::kDynamiq, [](CollectiveConfig& c) {
+    c.bits = 4.0;
+    c.widths_mask = (1u << 1) | (1u << 2) | (1u << 4) | (1u << 8) | (1u << 16);
+  });
+  add("dynamiq.b5.independent", Mode::kDynamiq, [](CollectiveConfig& c) { c.correlated = false; });
+  add("dynamiq.b5.flat_uniform", Mode::kDynamiq, [](CollectiveConfig& c) {
+    c.hierarchical_scales = false;
+    c.uniform_levels = true;
+  });
+  add("dynamiq.b5.s128g8", Mode::kDynamiq, [](CollectiveConfig& c) {
+    c.supergroup_size = 128;
+    c.group_size = 8;
+    c.eps = {{-1.f, 0.2f, 0.3f, 0.05f}};
+  });
+  for (int b : {2, 3, 4, 8})
+    add("bitsplit.b" + std::to_string(b), Mode::kBitsplit, [b](CollectiveConfig& c) { c.bits = b; });
+  add("bitsplit.b4.nearest_log_g32_spikes", Mode::kBitsplit, [](CollectiveConfig& c) {
+    c.bits = 4;
+    c.stochastic = false;
+    c.log_scales = true;
+    c.group_size = 32;
+    c.spike_reserve = 1;
+  });
+  return v;
+}
+
+// One record per message: "name bytes hash".
+std::map<std::string, std::string> compute() {
+  std::map<std::string, std::string> rec;
+  const int world = 3;
+  const int64_t numel = 5000 + 37;  // not a multiple of any unit
+  const std::vector<float> v0 = make_values(numel, 11), v1 = make_values(numel, 22);
+  auto put = [&](const std::string& k, const uint8_t* p, size_t n) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%zu %016llx", n, static_cast<unsigned long long>(fnv1a(p, n)));
+    rec[k] = buf;
+  };
+  for (const Case& c : cases()) {
+    char fp[32];
+    std::snprintf(fp, sizeof fp, "%016llx", static_cast<unsigned long long>(c.cfg.fingerprint()));
+    rec[c.name + ".fingerprint"] = fp;
+    const auto scheme = make_scheme(c.cfg);
+    const Codec& codec = scheme->codec();
+    for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
+      const std::vector<uint8_t> b0 = as_dtype(v0, dt), b1 = as_dtype(v1, dt);
+      const std::string base = c.name + "." + dtype_name(dt);
+      // The global statistics as the sum of two ranks' local ones, as the
+      // metadata all-reduce would give.
+      const int64_t ns = scheme->stats_count(dt, numel);
+      std::vector<float> s0(static_cast<size_t>(ns)), s1(static_cast<size_t>(ns));
+      scheme->local_pass(b0.data(), dt, numel, s0.data());
+      scheme->local_pass(b1.data(), dt, numel, s1.data());
+      for (int64_t i = 0; i < ns; ++i) s0[size_t(i)] += s1[size_t(i)];
+      PlanState st;
+      PlanInfo info;
+      const Plan plan = scheme->make_plan(dt, numel, world, world, s0.data(), st, info);
+      std::vector<uint8_t> order_bytes;
+      for (int64_t w = 0; w < plan.num_units; ++w) {
+        const int64_t s = plan.src_unit(w);
+        order_bytes.push_back(uint8_t(s));
+        order_bytes.push_back(uint8_t(s >> 8));
+        order_bytes.push_back(plan.bits.empty() ? 0 : plan.bits[size_t(s)]);
+      }
+      put(base + ".plan", order_bytes.data(), order_bytes.size());
+      for (int ch = 0; ch < plan.num_chunks(); ++ch) {
+        const Block blk{plan.chunk_begin[size_t(ch)], plan.chunk_begin[size_t(ch) + 1]};
+        if (blk.empty()) continue;
+        const std::string k = base + ".chunk" + std::to_string(ch);
+        RngCtx r;
+        r.key = make_rng_key(c.cfg.seed, 7 + uint64_t(ch));
+        r.world = world;
+        r.correlated = c.cfg.correlated;
+        r.stochastic = c.cfg.stochastic;
+        r.rank = 1;
+        Local x0;
+        x0.bucket = b0.data();
+        std::vector<uint8_t> m0(codec.max_message_bytes(plan, blk));
+        m0.resize(codec.compress(x0, plan, blk, r, m0.data()));
+        put(k + ".compress", m0.data(), m0.size());
+        // the next rank's fused hop
+        r.rank = 2;
+        Local x1;
+        x1.bucket = b1.data();
+        std::vector<uint8_t> m1(codec.max_message_bytes(plan, blk));
+        m1.resize(codec.decompress_accumulate_recompress(m0.data(), m0.size(), x1, plan, blk, r, m1.data()));
+        put(k + ".hop", m1.data(), m1.size());
+        // the final values of the chunk, as the sink writes them (mean over 2)
+        std::vector<uint8_t> out(b0.size(), 0);
+        Output y;
+        y.bucket = out.data();
+        y.bias_scale = 2.0f;
+        y.divisor = 2.0f;
+        codec.decompress(m1.data(), m1.size(), plan, blk, y);
+        put(k + ".decompress", out.data(), out.size());
+      }
+    }
+  }
+  return rec;
+}
+
+const char* kGoldenPath = DYNAMIQ_GOLDEN_DIR "/wire.txt";
+
+TEST(WireGolden, EveryModesMessagesAreByteIdenticalToTheRecord) {
+  const auto rec = compute();
+  ASSERT_GT(rec.size(), 100u);
+  if (const char* u = std::getenv("DYNAMIQ_UPDATE_GOLDEN"); u && std::string(u) == "1") {
+    std::ofstream f(kGoldenPath);
+    f << "# name bytes fnv1a64 (tests/cpp/test_wire_golden.cc; DYNAMIQ_UPDATE_GOLDEN=1 rewrites)\n";
+    for (const auto& [k, v] : rec) f << k << ' ' << v << '\n';
+    ASSERT_TRUE(f.good()) << kGoldenPath;
+    GTEST_SKIP() << "rewrote " << kGoldenPath;
+  }
+  std::ifstream f(kGoldenPath);
+  ASSERT_TRUE(f.good()) << "missing " << kGoldenPath;
+  std::map<std::string, std::string> want;
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    const size_t sp = line.find(' ');
+    want[line.substr(0, sp)] = line.substr(sp + 1);
+  }
+  int diffs = 0;
+  for (const auto& [k, v] : want) {
+    auto it = rec.find(k);
+    if (it == rec.end()) {
+      ADD_FAILURE() << k << ": recorded, no longer produced";
+      ++diffs;
+    } else if (it->second != v) {
+      if (++diffs <= 20) ADD_FAILURE() << k << ": recorded " << v << ", now " << it->second;
+    }
+  }
+  for (const auto& [k, v] : rec)
+    if (!want.count(k)) ADD_FAILURE() << k << ": produced, not recorded";
+  EXPECT_EQ(diffs, 0) << "messages differ from " << kGoldenPath;
+}
+
+}  // namespace
+}  // namespace dynamiq
