@@ -20,11 +20,11 @@
 #include <string>
 #include <vector>
 
-#include "hook/collective.h"
-#include "hook/inproc_transport.h"
-#include "kernels/bitsplit_codec.h"
-#include "kernels/float_bits.h"
-#include "kernels/parallel.h"
+#include "hook/collective/collective.h"
+#include "hook/transport/inproc_transport.h"
+#include "kernels/bitsplit/bitsplit_codec.h"
+#include "kernels/base/float_bits.h"
+#include "kernels/base/parallel.h"
 
 using namespace dynamiq;
 

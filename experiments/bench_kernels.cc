@@ -32,10 +32,10 @@
 
 #include <sys/mman.h>
 
-#include "kernels/dynamiq_codec.h"
-#include "kernels/dynamiq_stats.h"
-#include "kernels/float_bits.h"
-#include "kernels/parallel.h"
+#include "kernels/dynamiq/dynamiq_codec.h"
+#include "kernels/dynamiq/dynamiq_stats.h"
+#include "kernels/base/float_bits.h"
+#include "kernels/base/parallel.h"
 
 using namespace dynamiq;
 

@@ -21,11 +21,11 @@
 #include <string>
 #include <vector>
 
-#include "hook/schedule.h"
-#include "kernels/float_bits.h"
-#include "kernels/identity_codec.h"
-#include "kernels/lossless_codec.h"
-#include "kernels/parallel.h"
+#include "hook/collective/schedule.h"
+#include "kernels/base/float_bits.h"
+#include "kernels/identity/identity_codec.h"
+#include "kernels/lossless/lossless_codec.h"
+#include "kernels/base/parallel.h"
 
 using namespace dynamiq;
 

@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/dynamiq_codec.h"
+#include "kernels/dynamiq/dynamiq_codec.h"
 
 using namespace dynamiq;
 

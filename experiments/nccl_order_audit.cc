@@ -19,8 +19,8 @@
 #include <string>
 #include <vector>
 
-#include "hook/collective.h"
-#include "hook/inproc_transport.h"
+#include "hook/collective/collective.h"
+#include "hook/transport/inproc_transport.h"
 
 using namespace dynamiq;
 

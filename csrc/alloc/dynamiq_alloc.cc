@@ -3,7 +3,7 @@
 // pattern is an integer that orders like C (k = 0 is C = 0, everything at the
 // widest width; k = 0x7FF0000000000000 is C = +inf, everything at the
 // narrowest), so a search over k is a search over C with no libm.
-#include "dynamiq_alloc.h"
+#include "alloc/dynamiq_alloc.h"
 
 #include <algorithm>
 #include <cmath>

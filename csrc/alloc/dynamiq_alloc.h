@@ -60,9 +60,9 @@
 #include <cstdint>
 #include <cstring>
 
-#include "../kernels/common.h"
-#include "../kernels/dynamiq_format.h"
-#include "../kernels/float_bits.h"
+#include "kernels/base/common.h"
+#include "kernels/dynamiq/dynamiq_format.h"
+#include "kernels/base/float_bits.h"
 
 namespace dynamiq {
 

@@ -1,4 +1,4 @@
-#include "dynamiq_layout.h"
+#include "alloc/dynamiq_layout.h"
 
 #include <algorithm>
 #include <climits>

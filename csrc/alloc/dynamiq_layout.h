@@ -21,9 +21,9 @@
 // of wire bytes is nearest to c * total / n; chunk bytes differ by <= 2B.
 #pragma once
 
-#include "../kernels/codec.h"
-#include "../kernels/dynamiq_format.h"
-#include "dynamiq_alloc.h"
+#include "kernels/codec.h"
+#include "kernels/dynamiq/dynamiq_format.h"
+#include "alloc/dynamiq_alloc.h"
 
 namespace dynamiq {
 

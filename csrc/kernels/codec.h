@@ -18,8 +18,8 @@
 #include <string>
 #include <vector>
 
-#include "common.h"
-#include "philox.h"
+#include "kernels/base/common.h"
+#include "kernels/base/philox.h"
 
 namespace dynamiq {
 

@@ -7,10 +7,10 @@
 
 #include <memory>
 
-#include "bitsplit_codec.h"
-#include "codec.h"
-#include "dynamiq_codec.h"
-#include "lossless_codec.h"
+#include "kernels/bitsplit/bitsplit_codec.h"
+#include "kernels/codec.h"
+#include "kernels/dynamiq/dynamiq_codec.h"
+#include "kernels/lossless/lossless_codec.h"
 
 namespace dynamiq {
 

@@ -7,8 +7,8 @@
 #include <cstring>
 #include <vector>
 
-#include "kernels/bitsplit_codec.h"
-#include "kernels/bitsplit_cuda.h"
+#include "kernels/bitsplit/bitsplit_codec.h"
+#include "kernels/bitsplit/bitsplit_cuda.h"
 #include "test_bitsplit_util.h"
 
 namespace dynamiq {

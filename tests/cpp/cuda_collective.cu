@@ -22,17 +22,17 @@
 #include <utility>
 #include <vector>
 
-#include "hook/collective.h"
-#include "hook/executor.h"
-#include "hook/inproc_transport.h"
-#include "hook/schedule.h"
-#include "kernels/cuda/bitsplit_cuda_codec.h"
-#include "kernels/cuda/cuda_device.h"
-#include "kernels/cuda/cuda_memory.h"
-#include "kernels/cuda/dynamiq_cuda_codec.h"
-#include "kernels/cuda/identity_cuda_codec.h"
-#include "kernels/cuda/lossless_cuda_codec.h"
-#include "kernels/lossless_codec.h"
+#include "hook/collective/collective.h"
+#include "hook/collective/executor.h"
+#include "hook/transport/inproc_transport.h"
+#include "hook/collective/schedule.h"
+#include "kernels/bitsplit/cuda/bitsplit_cuda_codec.h"
+#include "kernels/base/cuda/cuda_device.h"
+#include "kernels/base/cuda/cuda_memory.h"
+#include "kernels/dynamiq/cuda/dynamiq_cuda_codec.h"
+#include "kernels/identity/cuda/identity_cuda_codec.h"
+#include "kernels/lossless/cuda/lossless_cuda_codec.h"
+#include "kernels/lossless/lossless_codec.h"
 #include "test_dynamiq_util.h"
 
 namespace dynamiq {

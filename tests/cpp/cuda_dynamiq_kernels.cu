@@ -14,8 +14,8 @@
 #include <random>
 #include <vector>
 
-#include "kernels/cuda/dynamiq_kernels.h"
-#include "kernels/dynamiq_stats.h"
+#include "kernels/dynamiq/cuda/dynamiq_kernels.h"
+#include "kernels/dynamiq/dynamiq_stats.h"
 
 namespace dynamiq {
 namespace {

@@ -11,8 +11,8 @@
 #include <random>
 #include <vector>
 
-#include "kernels/float_bits.h"
-#include "kernels/lossless_cuda.h"
+#include "kernels/base/float_bits.h"
+#include "kernels/lossless/lossless_cuda.h"
 
 namespace dynamiq {
 namespace {

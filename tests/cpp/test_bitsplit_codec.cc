@@ -10,9 +10,9 @@
 #include <set>
 #include <vector>
 
-#include "kernels/bitsplit_codec.h"
-#include "kernels/bitsplit_format.h"
-#include "kernels/float_bits.h"
+#include "kernels/bitsplit/bitsplit_codec.h"
+#include "kernels/bitsplit/bitsplit_format.h"
+#include "kernels/base/float_bits.h"
 #include "test_bitsplit_util.h"
 
 namespace dynamiq {

@@ -10,12 +10,12 @@
 #include <random>
 #include <vector>
 
-#include "hook/collective.h"
-#include "hook/inproc_transport.h"
-#include "hook/schedule.h"
-#include "hook/scheme.h"
-#include "kernels/bitsplit_codec.h"
-#include "kernels/float_bits.h"
+#include "hook/collective/collective.h"
+#include "hook/transport/inproc_transport.h"
+#include "hook/collective/schedule.h"
+#include "kernels/scheme.h"
+#include "kernels/bitsplit/bitsplit_codec.h"
+#include "kernels/base/float_bits.h"
 #include "test_bitsplit_util.h"
 
 namespace dynamiq {

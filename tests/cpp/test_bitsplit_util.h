@@ -11,8 +11,8 @@
 #include <random>
 #include <vector>
 
-#include "kernels/bitsplit_codec.h"
-#include "kernels/float_bits.h"
+#include "kernels/bitsplit/bitsplit_codec.h"
+#include "kernels/base/float_bits.h"
 
 namespace dynamiq {
 namespace bstest {

@@ -13,13 +13,13 @@
 #include <set>
 #include <vector>
 
-#include "hook/collective.h"
-#include "hook/executor.h"
-#include "hook/inproc_transport.h"
-#include "hook/schedule.h"
+#include "hook/collective/collective.h"
+#include "hook/collective/executor.h"
+#include "hook/transport/inproc_transport.h"
+#include "hook/collective/schedule.h"
 #include "kernels/device.h"
-#include "kernels/float_bits.h"
-#include "kernels/identity_codec.h"
+#include "kernels/base/float_bits.h"
+#include "kernels/identity/identity_codec.h"
 
 namespace dynamiq {
 namespace {

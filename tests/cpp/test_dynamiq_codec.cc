@@ -10,7 +10,7 @@
 #include <random>
 #include <numeric>
 
-#include "kernels/dynamiq_codec.h"
+#include "kernels/dynamiq/dynamiq_codec.h"
 #include "test_dynamiq_util.h"
 
 namespace dynamiq {

@@ -8,12 +8,12 @@
 #include <cmath>
 #include <numeric>
 
-#include "hook/collective.h"
-#include "hook/executor.h"
-#include "hook/inproc_transport.h"
-#include "hook/schedule.h"
-#include "hook/scheme.h"
-#include "kernels/dynamiq_codec.h"
+#include "hook/collective/collective.h"
+#include "hook/collective/executor.h"
+#include "hook/transport/inproc_transport.h"
+#include "hook/collective/schedule.h"
+#include "kernels/scheme.h"
+#include "kernels/dynamiq/dynamiq_codec.h"
 #include "test_dynamiq_util.h"
 
 namespace dynamiq {

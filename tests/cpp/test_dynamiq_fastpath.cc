@@ -16,7 +16,7 @@
 #include <random>
 #include <string>
 
-#include "kernels/dynamiq_codec.h"
+#include "kernels/dynamiq/dynamiq_codec.h"
 #include "test_dynamiq_util.h"
 
 namespace dynamiq {

@@ -8,8 +8,8 @@
 #include <random>
 #include <set>
 
-#include "kernels/dynamiq_codec.h"
-#include "kernels/permutation.h"
+#include "kernels/dynamiq/dynamiq_codec.h"
+#include "kernels/dynamiq/permutation.h"
 #include "test_dynamiq_util.h"
 
 namespace dynamiq {

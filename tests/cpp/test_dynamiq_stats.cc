@@ -4,8 +4,8 @@
 #include <cfloat>
 #include <cmath>
 
-#include "kernels/dynamiq_stats.h"
-#include "kernels/float_bits.h"
+#include "kernels/dynamiq/dynamiq_stats.h"
+#include "kernels/base/float_bits.h"
 #include "test_dynamiq_util.h"
 
 namespace dynamiq {

@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "kernels/dynamiq_codec.h"
-#include "kernels/float_bits.h"
+#include "kernels/dynamiq/dynamiq_codec.h"
+#include "kernels/base/float_bits.h"
 
 namespace dynamiq {
 namespace dqtest {

@@ -18,7 +18,7 @@
 #include <cstring>
 #include <vector>
 
-#include "kernels/float_bits.h"
+#include "kernels/base/float_bits.h"
 
 #if defined(__SSE__)
 #include <immintrin.h>

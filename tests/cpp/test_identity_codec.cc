@@ -13,8 +13,8 @@
 #include <random>
 #include <vector>
 
-#include "kernels/float_bits.h"
-#include "kernels/identity_codec.h"
+#include "kernels/base/float_bits.h"
+#include "kernels/identity/identity_codec.h"
 
 namespace dynamiq {
 namespace {

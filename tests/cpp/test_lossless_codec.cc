@@ -13,9 +13,9 @@
 #include <random>
 #include <vector>
 
-#include "kernels/float_bits.h"
-#include "kernels/identity_codec.h"
-#include "kernels/lossless_codec.h"
+#include "kernels/base/float_bits.h"
+#include "kernels/identity/identity_codec.h"
+#include "kernels/lossless/lossless_codec.h"
 
 namespace dynamiq {
 namespace {

@@ -11,9 +11,9 @@
 #include <random>
 #include <vector>
 
-#include "hook/collective.h"
-#include "hook/inproc_transport.h"
-#include "kernels/float_bits.h"
+#include "hook/collective/collective.h"
+#include "hook/transport/inproc_transport.h"
+#include "kernels/base/float_bits.h"
 
 namespace dynamiq {
 namespace {

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "hook/scheme.h"
+#include "kernels/scheme.h"
 
 namespace dynamiq {
 namespace {

@@ -18,10 +18,10 @@
 #include <thread>
 #include <vector>
 
-#include "kernels/bitsplit_codec.h"
-#include "kernels/dynamiq_codec.h"
-#include "kernels/lossless_codec.h"
-#include "kernels/parallel.h"
+#include "kernels/bitsplit/bitsplit_codec.h"
+#include "kernels/dynamiq/dynamiq_codec.h"
+#include "kernels/lossless/lossless_codec.h"
+#include "kernels/base/parallel.h"
 #include "test_dynamiq_util.h"
 
 namespace dynamiq {

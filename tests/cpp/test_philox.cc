@@ -3,7 +3,7 @@
 
 #include <set>
 
-#include "kernels/philox.h"
+#include "kernels/base/philox.h"
 
 namespace dynamiq {
 namespace {

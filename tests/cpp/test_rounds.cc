@@ -9,8 +9,8 @@
 #include <cstdio>
 #include <vector>
 
-#include "hook/collective.h"
-#include "hook/inproc_transport.h"
+#include "hook/collective/collective.h"
+#include "hook/transport/inproc_transport.h"
 #include "test_dynamiq_util.h"
 
 namespace dynamiq {

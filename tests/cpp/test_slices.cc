@@ -13,9 +13,9 @@
 #include <string>
 #include <vector>
 
-#include "hook/collective.h"
-#include "hook/executor.h"
-#include "hook/inproc_transport.h"
+#include "hook/collective/collective.h"
+#include "hook/collective/executor.h"
+#include "hook/transport/inproc_transport.h"
 
 namespace dynamiq {
 namespace {

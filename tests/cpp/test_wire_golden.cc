@@ -22,8 +22,8 @@
 #include <string>
 #include <vector>
 
-#include "hook/scheme.h"
-#include "kernels/float_bits.h"
+#include "kernels/scheme.h"
+#include "kernels/base/float_bits.h"
 
 #ifndef DYNAMIQ_GOLDEN_DIR
 #error "DYNAMIQ_GOLDEN_DIR must name tests/golden"

@@ -7,7 +7,7 @@
 #include <thread>
 #include <vector>
 
-#include "kernels/cuda/launch.h"
+#include "kernels/base/cuda/launch.h"
 
 namespace {
 

@@ -1,0 +1,120 @@
+// One all-reduce of a bucket, end to end (DESIGN.md "The data path of one bucket"):
+//   1. local pass: the scheme's statistics and the non-finite flag;
+//   2. header exchange: an int64 all-reduce carrying the fingerprint of
+//      everything the ranks must agree on (config, dtype, numel, op, sequence
+//      number), the non-finite count and input-error reports, so every rank
+//      takes the same decision and raises the same error;
+//   3. metadata all-reduce of the statistics (over the identity codec and the
+//      same topology, so every rank gets bit-identical statistics);
+//   4. plan, blocks, schedule; 5. execute; 6. the codec's decompress writes the
+//      final values (bias added back, divided for mean) into the bucket.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "hook/collective/config.h"
+#include "kernels/scheme.h"
+#include "hook/transport/transport.h"
+
+namespace dynamiq {
+
+// Which path a bucket took. Values are reported to Python: never renumber.
+enum class Path : int32_t {
+  kCompressed = 0,
+  kExactMode = 1,       // mode none (or a world of one rank)
+  kExactTiny = 2,       // too small for compression to pay
+  kExactNonfinite = 3,  // some rank had inf/nan: exact path so they reach the optimizer
+  kExactBudget = 4,     // no plan fits the bit budget at this size (Scheme::fits_budget)
+  kMixed = 5,           // a sliced bucket (max_collective_bytes) whose slices took different paths
+};
+
+// Input problems a rank reports instead of taking part, so that its peers
+// raise at once instead of waiting for a timeout. Never renumber.
+enum class InputError : int32_t {
+  kNone = 0,
+  kDType = 1,
+  kLayout = 2,   // sparse or non-contiguous
+  kDevice = 3,
+  kOther = 4,
+  kConfig = 5,   // make_scheme rejected this rank's config (set by the driver itself)
+  kLocalPass = 6,  // the local pass (statistics, non-finite scan) failed on this rank (set by the driver)
+};
+constexpr int kNumInputErrors = 7;
+
+struct CallArgs {
+  void* data = nullptr;
+  DType dtype = DType::kF32;
+  int64_t numel = 0;
+  ReduceOp op = ReduceOp::kSum;
+  uint64_t seq = 0;               // collective sequence number (randomness key, fingerprint)
+  PlanState* plan_state = nullptr;  // allocator state of this bucket (may be null)
+  InputError local_error = InputError::kNone;
+  // Non-null: `data` lives in this device's memory; the local pass, the
+  // metadata and exact all-reduces and the codec run there (buffers in its
+  // memory); the header exchange, allocator and plan stay on the host.
+  const Device* device = nullptr;
+  // Optional owner of `data` (a tensor). After a failure the backend may still
+  // write into receives posted into `data` (exact paths receive the result
+  // there); the driver then keeps this owner alive until the process exits
+  // (see keep_forever) instead of letting the memory be freed and reused.
+  std::shared_ptr<void> keep_alive;
+};
+
+struct CallStats {
+  Path path = Path::kCompressed;
+  int64_t numel = 0;
+  int64_t bytes_sent = 0;       // main all-reduce, this rank
+  int64_t bytes_received = 0;
+  int64_t messages_sent = 0;    // block messages (a two-part message counts once)
+  int64_t meta_bytes_sent = 0;  // statistics all-reduce, this rank
+  double bits_per_coord = 0.0;  // wire bits per coordinate of one full copy of the bucket
+  int64_t width_units[5] = {0, 0, 0, 0, 0};  // dynamiq: super-groups per width 1/2/4/8/16 (other modes: 0)
+  int64_t blocks = 0;
+  double t_local = 0.0, t_header = 0.0, t_meta = 0.0, t_plan = 0.0;
+  double t_kernel = 0.0, t_wait = 0.0, t_post = 0.0, t_total = 0.0;
+  int64_t pool_bytes = 0;  // message buffers the calling thread keeps after the call (executor_pool_bytes)
+  int64_t slices = 1;      // collectives the bucket ran as (CollectiveConfig::max_collective_bytes)
+  bool has_u = false;
+  double u = 0.0;       // allocator state after this call (carry to the next step)
+  double u_step = 0.0;
+  // Allocator work (dynamiq mode; summed over slices): its cost evaluations
+  // (fast: passes over the statistics; exact search: bisection steps; plus the
+  // tie fill's passes), slices whose widths came from an exact search (a
+  // first step, AllocSolver::kExact, or a fallback; not a budget that fits
+  // every SG at the widest width), of those the fast solver's fallbacks (the
+  // statistics moved too far since the last step: AllocResult::exact_fallback).
+  int64_t alloc_passes = 0;
+  int64_t alloc_exact = 0;
+  int64_t alloc_fallbacks = 0;
+};
+
+// Runs the collective in place on args.data. Throws Error (same message on
+// every rank for config disagreement and reported input errors; a rank whose
+// config make_scheme rejects still takes part in the header exchange,
+// reporting InputError::kConfig, and then raises make_scheme's message while
+// its peers raise the common one). A bucket of
+// more than cfg.max_collective_bytes runs as that many equal slices (multiples
+// of 4096 elements), each a whole collective of its own (header, statistics,
+// plan, randomness key make_rng_key(seed, seq, slice), the bucket's PlanState
+// carried from one slice to the next); the stats add up over the slices (path:
+// exact-nonfinite if any slice took it; bits_per_coord: the numel-weighted mean).
+CallStats all_reduce(Transport& tr, const CollectiveConfig& cfg, const CallArgs& args);
+
+// The sum of a float32 vector in host memory over ranks with the identity
+// codec (the metadata all-reduce): exact float32 ring/butterfly/two-step sums,
+// bit-identical on every rank. With a device, staged through a buffer in its
+// memory and summed there.
+void all_reduce_exact_f32(Transport& tr, Topology topo, float* data, int64_t count,
+                          int64_t block_bytes, int64_t window_bytes, int64_t* bytes_sent,
+                          const Device* device = nullptr);
+
+// The topology of the metadata all-reduce for a collective on `data_topology`:
+// two-step instead of a ring of 4 or more ranks (the statistics are small, so
+// the number of rounds sets their cost: 2(n-1) on a ring, 2 on two-step with
+// NCCL's posting, tests/cpp/test_rounds.cc; over Gloo on 4 ranks, 1 MB buckets,
+// two-step was also a little faster and a butterfly a little slower than the
+// ring: experiments/results/nccl_order.md), else the data topology.
+Topology metadata_topology(Topology data_topology, int world);
+
+}  // namespace dynamiq

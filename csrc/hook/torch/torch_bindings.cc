@@ -1,0 +1,364 @@
+// Python bindings: argument checks, dtype mapping, GIL release. Everything
+// else lives in the torch-free core.
+#include <torch/extension.h>
+
+#include <cstdlib>
+#include <optional>
+
+#include "kernels/dynamiq/dynamiq_codec.h"
+#include "kernels/lossless/lossless_codec.h"
+#include "kernels/base/parallel.h"
+#include "hook/collective/collective.h"
+#include "hook/transport/inproc_transport.h"
+#include "hook/torch/torch_c10d_transport.h"
+#ifdef DYNAMIQ_WITH_CUDA
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include "kernels/base/cuda/cuda_device.h"
+#include "kernels/base/cuda/cuda_memory.h"
+#endif
+
+namespace py = pybind11;
+using namespace dynamiq;
+
+namespace {
+
+DType to_dtype(const at::Tensor& t) {
+  switch (t.scalar_type()) {
+    case at::kFloat: return DType::kF32;
+    case at::kBFloat16: return DType::kBF16;
+    case at::kHalf: return DType::kF16;
+    default: throw Error(std::string("dynamiq: unsupported dtype ") + c10::toString(t.scalar_type()));
+  }
+}
+
+ReduceOp to_op(const std::string& op) {
+  if (op == "sum") return ReduceOp::kSum;
+  if (op == "mean") return ReduceOp::kMean;
+  throw Error("dynamiq: op must be 'sum' or 'mean', got '" + op + "'");
+}
+
+void check_tensor(const at::Tensor& t, bool allow_cuda) {
+#ifdef DYNAMIQ_WITH_CUDA
+  DQ_CHECK(t.device().is_cpu() || (allow_cuda && t.device().is_cuda()),
+           "dynamiq: the C++ driver got a tensor on an unsupported device");
+#else
+  (void)allow_cuda;
+  DQ_CHECK(t.device().is_cpu(), "dynamiq: the C++ driver got a non-CPU tensor (built without CUDA)");
+#endif
+  DQ_CHECK(t.is_contiguous(), "dynamiq: the C++ driver got a non-contiguous tensor");
+  to_dtype(t);
+}
+
+const char* path_name(Path p) {
+  switch (p) {
+    case Path::kCompressed: return "compressed";
+    case Path::kExactMode: return "exact";
+    case Path::kExactTiny: return "exact-tiny";
+    case Path::kExactNonfinite: return "exact-nonfinite";
+    case Path::kExactBudget: return "exact-budget";
+    case Path::kMixed: return "mixed";
+  }
+  return "?";
+}
+
+py::dict stats_dict(const CallStats& s) {
+  py::dict d;
+  d["path"] = path_name(s.path);
+  d["numel"] = s.numel;
+  d["bytes_sent"] = s.bytes_sent;
+  d["bytes_received"] = s.bytes_received;
+  d["messages_sent"] = s.messages_sent;
+  d["meta_bytes_sent"] = s.meta_bytes_sent;
+  d["bits_per_coord"] = s.bits_per_coord;
+  py::dict h;
+  const int widths[5] = {1, 2, 4, 8, 16};
+  for (int i = 0; i < 5; ++i) h[py::int_(widths[i])] = s.width_units[i];
+  d["width_units"] = h;
+  d["blocks"] = s.blocks;
+  d["t_local"] = s.t_local;
+  d["t_header"] = s.t_header;
+  d["t_meta"] = s.t_meta;
+  d["t_plan"] = s.t_plan;
+  d["t_kernel"] = s.t_kernel;
+  d["t_wait"] = s.t_wait;
+  d["t_post"] = s.t_post;
+  d["t_total"] = s.t_total;
+  d["pool_bytes"] = s.pool_bytes;
+  d["slices"] = s.slices;
+  d["alloc_passes"] = s.alloc_passes;
+  d["alloc_exact"] = s.alloc_exact;
+  d["alloc_fallbacks"] = s.alloc_fallbacks;
+  if (s.has_u) {
+    d["u"] = py::make_tuple(s.u, s.u_step);
+  } else {
+    d["u"] = py::none();
+  }
+  return d;
+}
+
+// The posting for NCCL (each step's send and receive in one group) also on
+// CPU buffers over Gloo when DYNAMIQ_ORDERED_POSTING=1: how its path through
+// c10d is tested without a GPU. Results are the same either way.
+bool ordered_posting_env() {
+  const char* v = std::getenv("DYNAMIQ_ORDERED_POSTING");
+  return v != nullptr && std::string(v) == "1";
+}
+
+py::dict run_all_reduce(std::optional<at::Tensor> tensor, const std::string& group_name,
+                        const CollectiveConfig& cfg, const std::string& op, uint64_t seq,
+                        std::optional<std::pair<double, double>> u, int local_error,
+                        const std::string& device) {
+  CallArgs a;
+  a.op = to_op(op);
+  a.seq = seq;
+  a.local_error = InputError(local_error);
+  PlanState ps;
+  if (u) {
+    ps.has_u = true;
+    ps.u = u->first;
+    ps.step = u->second;
+  }
+  a.plan_state = &ps;
+  // where the buffers live: the tensor's device (also passed for a rank with
+  // bad input, whose header exchange must run on the group's device)
+  const c10::Device dev(device);
+  DQ_CHECK(dev.is_cpu() || dev.is_cuda(), "dynamiq: device must be cpu or cuda");
+#ifndef DYNAMIQ_WITH_CUDA
+  DQ_CHECK(dev.is_cpu(), "dynamiq: this build has no CUDA support (built without nvcc)");
+#endif
+  if (a.local_error == InputError::kNone) {
+    DQ_CHECK(tensor.has_value(), "dynamiq: all_reduce needs a tensor");
+    check_tensor(*tensor, true);
+    DQ_CHECK(tensor->device().type() == dev.type(), "dynamiq: the tensor is not on the given device");
+    a.data = tensor->data_ptr();
+    a.dtype = to_dtype(*tensor);
+    a.numel = tensor->numel();
+    // kept alive for ever if the collective fails (receives may still write into it)
+    a.keep_alive = std::make_shared<at::Tensor>(*tensor);
+  }
+  CallStats s;
+  bool ordered = false, one_part = false;
+  {
+    py::gil_scoped_release no_gil;
+#ifdef DYNAMIQ_WITH_CUDA
+    // Everything runs on this thread's current stream: the group worker's
+    // stream of its own (python/dynamiq/_worker.py), which waits for an event
+    // after the bucket's producer. The kernels, copies, allocations and waits
+    // go there (cuda::StreamScope), and so does the NCCL operations' stream
+    // handoff (torch syncs NCCL's stream with the current stream, and
+    // Work::wait makes the current stream wait). Nothing waits for or holds up
+    // the training's kernels on its own stream.
+    std::optional<c10::cuda::CUDAGuard> guard;
+    std::optional<cuda::StreamScope> stream_scope;
+    if (dev.is_cuda()) {
+      guard.emplace(tensor ? tensor->device() : dev);
+      a.device = &cuda::device();
+      stream_scope.emplace(c10::cuda::getCurrentCUDAStream().stream());
+    }
+#endif
+    C10dTransport tr = C10dTransport::from_group_name(
+        group_name, tensor && dev.is_cuda() ? tensor->device() : dev, ordered_posting_env());
+    ordered = tr.posts_in_order();
+    one_part = tr.sends_whole_messages();
+    s = all_reduce(tr, cfg, a);
+  }
+  py::dict d = stats_dict(s);
+  d["ordered_posting"] = ordered;  // posted as for NCCL (see C10dTransport)
+  d["one_part_messages"] = one_part;  // two-part (lossless) messages sent as one (Gloo)
+  return d;
+}
+
+py::list run_simulate(std::vector<at::Tensor> tensors, const CollectiveConfig& cfg,
+                      const std::string& op, uint64_t seq, double timeout_s) {
+  const int n = int(tensors.size());
+  DQ_CHECK(n >= 1, "dynamiq.simulate: need at least one tensor");
+  for (auto& t : tensors) {
+    check_tensor(t, false);
+    DQ_CHECK(t.scalar_type() == tensors[0].scalar_type() && t.numel() == tensors[0].numel(),
+             "dynamiq.simulate: all tensors must have the same dtype and size");
+  }
+  std::vector<CallStats> stats(static_cast<size_t>(n));
+  {
+    py::gil_scoped_release no_gil;
+    InprocWorld world(n, std::chrono::milliseconds(int64_t(timeout_s * 1000)));
+    world.run([&](int r, Transport& tr) {
+      CallArgs a;
+      a.data = tensors[size_t(r)].data_ptr();
+      a.dtype = to_dtype(tensors[size_t(r)]);
+      a.numel = tensors[size_t(r)].numel();
+      a.op = to_op(op);
+      a.seq = seq;
+      PlanState ps;  // as a real call: one allocator state for all slices of the bucket
+      a.plan_state = &ps;
+      stats[size_t(r)] = all_reduce(tr, cfg, a);
+    });
+  }
+  py::list out;
+  for (auto& s : stats) out.append(stats_dict(s));
+  return out;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "dynamiq C++ core (compressed all-reduce over c10d point-to-point)";
+#if defined(DYNAMIQ_REQUIRES_X86_64_V3)
+  // This file is compiled for the baseline ISA; the kernels are not.
+  __builtin_cpu_init();
+  if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma") ||
+      !__builtin_cpu_supports("bmi2") || !__builtin_cpu_supports("f16c")) {
+    throw std::runtime_error(
+        "dynamiq was built for x86-64-v3 (AVX2, FMA, BMI2, F16C) and this CPU lacks them; rebuild with "
+        "-C cmake.define.DYNAMIQ_CPU_ARCH= (empty) or DYNAMIQ_CPU_ARCH=native");
+  }
+#endif
+
+  static py::exception<Error> dq_error(m, "DynamiqError", PyExc_RuntimeError);
+  static py::exception<TransportError> tr_error(m, "TransportError", dq_error.ptr());
+  static py::exception<MalformedMessage> mm_error(m, "MalformedMessage", dq_error.ptr());
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const TransportError& e) {
+      py::set_error(tr_error, e.what());
+    } catch (const MalformedMessage& e) {
+      py::set_error(mm_error, e.what());
+    } catch (const Error& e) {
+      py::set_error(dq_error, e.what());
+    }
+  });
+
+  py::class_<CollectiveConfig>(m, "CollectiveConfig")
+      .def(py::init<>())
+      .def_property(
+          "mode", [](const CollectiveConfig& c) { return int(c.mode); },
+          [](CollectiveConfig& c, int v) { c.mode = Mode(v); })
+      .def_property(
+          "topology", [](const CollectiveConfig& c) { return int(c.topology); },
+          [](CollectiveConfig& c, int v) { c.topology = Topology(v); })
+      .def_readwrite("seed", &CollectiveConfig::seed)
+      .def_readwrite("bits", &CollectiveConfig::bits)
+      .def_readwrite("widths_mask", &CollectiveConfig::widths_mask)
+      .def_readwrite("exact_allocator", &CollectiveConfig::exact_allocator)
+      .def_readwrite("correlated", &CollectiveConfig::correlated)
+      .def_readwrite("stochastic", &CollectiveConfig::stochastic)
+      .def_readwrite("group_size", &CollectiveConfig::group_size)
+      .def_readwrite("supergroup_size", &CollectiveConfig::supergroup_size)
+      .def_readwrite("spike_reserve", &CollectiveConfig::spike_reserve)
+      .def_readwrite("log_scales", &CollectiveConfig::log_scales)
+      .def_readwrite("eps", &CollectiveConfig::eps)
+      .def_readwrite("uniform_levels", &CollectiveConfig::uniform_levels)
+      .def_readwrite("hierarchical_scales", &CollectiveConfig::hierarchical_scales)
+      .def_readwrite("block_bytes", &CollectiveConfig::block_bytes)
+      .def_readwrite("min_compress_numel", &CollectiveConfig::min_compress_numel)
+      .def_readwrite("window_bytes", &CollectiveConfig::window_bytes)
+      .def_readwrite("max_collective_bytes", &CollectiveConfig::max_collective_bytes)
+      .def("fingerprint", &CollectiveConfig::fingerprint);
+
+  m.def(
+      "validate_config", [](const CollectiveConfig& c) { make_scheme(c); }, py::arg("config"),
+      "Builds the mode's scheme from the config once and discards it: raises DynamiqError for a "
+      "config the C++ codecs or allocator reject (group sizes, eps, widths, bits), so that a config "
+      "that passes never fails inside a collective.");
+
+  m.def("all_reduce", &run_all_reduce, py::arg("tensor"), py::arg("group_name"), py::arg("config"),
+        py::arg("op"), py::arg("seq"), py::arg("u") = py::none(), py::arg("local_error") = 0,
+        py::arg("device") = "cpu",
+        "In-place all-reduce of a contiguous tensor (CPU with Gloo; CUDA with NCCL in a CUDA "
+        "build) over the named process group. Releases the GIL. Returns the per-call statistics.");
+  m.def("simulate", &run_simulate, py::arg("tensors"), py::arg("config"), py::arg("op"),
+        py::arg("seq"), py::arg("timeout_s") = 300.0,
+        "Runs the same collective over an in-process transport, one tensor per simulated "
+        "rank, in place. Returns each rank's statistics.");
+  m.def(
+      "lossless_stats",
+      [](const at::Tensor& t, int64_t block_bytes) {
+        DQ_CHECK(t.device().is_cpu() && t.is_contiguous(),
+                 "dynamiq.lossless_stats: expected a contiguous CPU tensor");
+        DQ_CHECK(block_bytes >= 1024, "dynamiq.lossless_stats: block_bytes must be >= 1024");
+        const DType dt = to_dtype(t);
+        LosslessStats s;
+        {
+          py::gil_scoped_release nogil;
+          s = lossless_stats(t.data_ptr(), dt, t.numel(), block_bytes);
+        }
+        py::dict d;
+        d["numel"] = s.numel;
+        d["blocks"] = s.blocks;
+        d["raw_bytes"] = s.raw_bytes;
+        d["coded_bytes"] = s.coded_bytes;
+        d["ratio"] = s.ratio;
+        d["exponent_bits"] = s.exponent_bits;
+        d["exponent_entropy"] = s.exponent_entropy;
+        d["block_exponent_entropy"] = s.block_exponent_entropy;
+        py::dict f;
+        for (int i = 0; i < lossless::kNumFormats; ++i)
+          f[lossless::exp_format_name(lossless::ExpFormat(i))] = s.blocks_by_format[i];
+        d["blocks_by_format"] = f;
+        return d;
+      },
+      py::arg("tensor"), py::arg("block_bytes"),
+      "Codes a tensor block by block as lossless mode codes one copy of it; returns the sizes, "
+      "the achieved bits per exponent and the exponent entropies.");
+  m.def("built_with_cuda", [] {
+#ifdef DYNAMIQ_WITH_CUDA
+    return true;
+#else
+    return false;
+#endif
+  });
+  // A stream of the group worker's own (python/dynamiq/_worker.py): created here
+  // rather than taken from torch's pool of 32 streams, which it would share with
+  // other workers, NCCL's streams and Future callbacks (each thread then adds
+  // its own cross-rank waits to the shared stream, and two ranks could
+  // interleave them differently and wait for each other).
+  m.def(
+      "new_cuda_stream",
+      [](int device) -> uintptr_t {
+#ifdef DYNAMIQ_WITH_CUDA
+        c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
+        cudaStream_t st = nullptr;
+        const cudaError_t e = cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking);
+        DQ_CHECK(e == cudaSuccess, std::string("dynamiq: cannot create a CUDA stream: ") + cudaGetErrorString(e));
+        return reinterpret_cast<uintptr_t>(st);
+#else
+        (void)device;
+        throw Error("dynamiq: this build has no CUDA support (built without nvcc)");
+#endif
+      },
+      py::arg("device"), "A new non-blocking CUDA stream on `device` (its handle); see destroy_cuda_stream.");
+  m.def(
+      "destroy_cuda_stream",
+      [](uintptr_t stream, int device) {
+#ifdef DYNAMIQ_WITH_CUDA
+        c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
+        cudaStreamDestroy(reinterpret_cast<cudaStream_t>(stream));  // (its pending work still completes)
+#else
+        (void)stream;
+        (void)device;
+#endif
+      },
+      py::arg("stream"), py::arg("device"));
+  m.def("cpu_isa", [] { return dynamiq_cpu_isa(); },
+        "The vector ISA of the CPU kernels: avx512 or avx2 (env DYNAMIQ_CPU_ISA=avx2 forces AVX2), "
+        "generic in a build without AVX2 (the portable scalar kernels).");
+  m.def("cpu_threads", [] { return dynamiq_cpu_threads(); },
+        "Threads one CPU codec call may use (env DYNAMIQ_CPU_THREADS, default 1).");
+  m.def("set_cpu_threads", [](int n) { return dynamiq_set_cpu_threads(n); },
+        "Sets the threads one CPU codec call may use; returns the previous value.");
+  m.def("available_modes", [] {
+    py::list l;
+    for (Mode md : {Mode::kNone, Mode::kDynamiq, Mode::kLossless, Mode::kBitsplit}) {
+      CollectiveConfig c;
+      c.mode = md;
+      try {
+        make_scheme(c);
+        l.append(mode_name(md));
+      } catch (const Error&) {
+      }
+    }
+    return l;
+  });
+}

@@ -1,0 +1,187 @@
+// The DynamiQ codec (paper section 3.3): super-groups of S values, each with
+// its own width b in {1, 2, 4, 8, 16} chosen by the allocator, groups of s
+// values with uint8 scales under a bf16 super-group scale, non-uniform
+// levels, stochastic rounding that is unbiased, correlated across ranks.
+// The math is in dynamiq_math.h; this file holds the CPU loops (explicit
+// AVX2 for the hot paths when compiled for it, bit-identical to the shared
+// functions; portable loops otherwise and for shapes the AVX2 paths skip).
+//
+// WIRE FORMAT of a block [w0, w1) of wire positions: the super-groups in wire
+// order, back to back, no header and no padding between them. SG at wire
+// position w starts at byte plan.wire_offset[w] - plan.wire_offset[w0] and is
+// dynamiq_sg_bytes(b, fmt) long (dynamiq_format.h), b = plan.bits[order[w]]:
+//
+//   b in {1,2,4,8}, hierarchical scales (default):
+//     [0, 2)          SG scale Msg, bf16 little-endian (max |value| rounded up)
+//     [2, 2+G)        G = S/s group scales r_k, uint8: group k's scale is
+//                     float(r_k/255) * Msg
+//     [2+G, 2+G+S*b/8) codes, planar: with nb = S*b/8, byte k holds the codes
+//                     of elements k, k+nb, k+2nb, ... in bits [0,b), [b,2b), ...
+//   b in {1,2,4,8}, flat scales (ablation):
+//     [0, 2G)         G group scales, bf16 little-endian (group max rounded up)
+//     [2G, 2G+S*b/8)  codes as above
+//   code of an element: b >= 2: sign bit (bit b-1, 1 = negative) and index idx
+//     in [0, 2^(b-1)) into the levels: value = +-level[idx] * scale;
+//     b = 1: 1 = +scale, 0 = -scale.
+//   b = 16: [0, 2S) the S values as bf16 little-endian (round to nearest even:
+//     NOT unbiased; 16 is meant for the largest super-groups only).
+// Elements are the source SG's values minus plan.bias[src], the padding of a
+// partial last SG is zero. An SG holding inf or nan is sent with Msg (flat:
+// every group scale) = bf16 nan, so it decodes to nan: non-finite partial sums
+// stay non-finite. Every bit pattern of the right size is a valid message, so
+// decoders check only the size (check_message_size).
+//
+// RANDOMNESS (philox.h, key = RngCtx.key from (seed, collective sequence)):
+// element i of source SG src rounds with a 16-bit uniform: the low (i < S/2)
+// or high (i >= S/2) half of word (i / (S/8)) % 4 of the Philox call with
+// call src*S/8 + i%(S/8) (counter: call's low word, kPurposeValue, rank, call's high word);
+// its shared permutation word (correlated rounding) is the whole 32-bit word
+// i / (S/4) of call src*S/4 + i%(S/4) with purpose kPurposePermutation and rank
+// word 0 (dynamiq_math.h: dq_value_word, dq_word32); stochastic group scale k (when enabled)
+// uses word k%4 of counter (src*ceil(G/4) + k/4, kPurposeGroupScale, rank, 0).
+// A rank compresses each coordinate at most once per collective, so every
+// draw is used once.
+#pragma once
+
+#include <array>
+#include <memory>
+#include <vector>
+
+#include "kernels/codec.h"
+#include "kernels/dynamiq/dynamiq_format.h"
+#include "kernels/dynamiq/dynamiq_math.h"
+
+namespace dynamiq {
+
+// Default eps per width (1, 2, 4, 8), chosen by experiments/dynamiq_eps.cc
+// (experiments/results/dynamiq_eps.md). Widths 1 and 2 have no interior levels.
+constexpr std::array<float, 4> kDynamiqDefaultEps{{0.0f, 0.0f, 0.30f, 0.06f}};
+
+struct DynamiqParams {
+  DynamiqFormat fmt;
+  std::array<float, 4> eps = kDynamiqDefaultEps;
+  bool uniform_levels = false;          // ablation: eps -> 0 (levels r/m)
+  bool stochastic_group_scales = false; // true: paper's stochastic uint8 scales; false: round up
+};
+
+// Host storage of the tables of a parameter set (levels, bracket search,
+// decode, r/255). view() points into this object.
+class DynamiqTables {
+ public:
+  explicit DynamiqTables(const DynamiqParams& p);
+  // view_ points into image_: a copy must point into its own image (a moved
+  // vector keeps its buffer, so moves need nothing).
+  DynamiqTables(const DynamiqTables& o)
+      : image_(o.image_), offsets_(o.offsets_), view_(rebased(image_.data())) {
+    for (int wi = 0; wi < 4; ++wi) {
+      cell_rec_[wi] = o.cell_rec_[wi];
+    }
+    r255_rec_ = o.r255_rec_;
+    w4_ = o.w4_;
+  }
+  DynamiqTables& operator=(const DynamiqTables& o) {
+    if (this != &o) *this = DynamiqTables(o);
+    return *this;
+  }
+  DynamiqTables(DynamiqTables&&) = default;
+  DynamiqTables& operator=(DynamiqTables&&) = default;
+  const DqTables& view() const { return view_; }
+  // The levels of width b in double precision, as the formula gives them
+  // (before rounding to float); for tests and experiments.
+  static std::vector<double> levels(int width, float eps, bool uniform);
+  // Contiguous byte image of all tables and the offsets of each array in it,
+  // so a device copy can rebase the pointers (see cuda/dynamiq_kernels.h).
+  const std::vector<uint8_t>& image() const { return image_; }
+  // CPU-only: everything the bracket step needs per cell c, as 4 x 32 bits (one
+  // 16-byte load; the AVX2 and AVX-512 width-8 loops): with j = cell[c], (bits of level[j + 1]
+  // or 0x7f800000 when j = m - 1 (no step past the last bracket), bits of
+  // level[j], bits of invgap[j], bits of invgap[j + 1] or 0 when j = m - 1).
+  const uint32_t* cell_rec(int wi) const { return cell_rec_[wi].data(); }
+  // CPU-only: r255_rec[4 r .. 4 r + 3] = (r255[max(r - 1, 0)], r255[r],
+  // r255[min(r + 1, 255)], 0), r < 256: the three values the round-up group
+  // scale reads around its first guess r, in one 16-byte load (the AVX2 and
+  // AVX-512 loops).
+  const float* r255_rec() const { return r255_rec_.data(); }
+  // CPU-only: width 4's bracket search as two 32-entry register tables (the
+  // AVX-512 loop looks them up with vpermt2d instead of comparing against
+  // every level), usable when its cells below 1.0 number at most 32
+  // (`ok`; true for the default eps): cell_j[c] = cell[c] and cell_next[c] =
+  // bits of level[cell[c] + 1], or INT32_MAX when cell[c] = m - 1 (no step past
+  // the last bracket); level16[j] = level[j] (j <= m), invgap16[j] = invgap[j]
+  // (j < m), zero beyond; last_cell = the last cell below 1.0 (a = 1.0 takes it:
+  // at most one level lies between its start and 1.0, so one step still suffices).
+  struct Width4Regs {
+    bool ok = false;
+    int32_t last_cell = 0;
+    int32_t cell_j[32] = {0}, cell_next[32] = {0};
+    float level16[16] = {0}, invgap16[16] = {0};
+  };
+  const Width4Regs& width4_regs() const { return w4_; }
+  DqTables rebased(const uint8_t* base) const;
+
+ private:
+  std::vector<uint8_t> image_;
+  DqTables offsets_;  // pointers hold byte offsets into image_
+  DqTables view_;
+  std::vector<uint32_t> cell_rec_[4];
+  std::vector<float> r255_rec_;
+  Width4Regs w4_;
+};
+
+class DynamiqCodec final : public Codec {
+ public:
+  explicit DynamiqCodec(const DynamiqParams& p = DynamiqParams());
+  std::string name() const override { return "dynamiq"; }
+  const DynamiqParams& params() const { return p_; }
+  const DynamiqTables& tables() const { return tables_; }
+
+  size_t static_bytes(const Plan& plan, const Block& b) const override;
+  size_t compress(const Local& x, const Plan& plan, const Block& b, const RngCtx& rng,
+                  uint8_t* out) const override;
+  void decompress(const uint8_t* in, size_t in_bytes, const Plan& plan, const Block& b,
+                  const Output& y) const override;
+  void decompress_accumulate(const uint8_t* in, size_t in_bytes, const Local& x, const Plan& plan,
+                             const Block& b, float* acc) const override;
+  size_t decompress_accumulate_recompress(const uint8_t* in, size_t in_bytes, const Local& x,
+                                          const Plan& plan, const Block& b, const RngCtx& rng,
+                                          uint8_t* out) const override;
+
+ private:
+  // Checks the plan against the format for block b; returns the block's bytes.
+  size_t check_block(const Plan& plan, const Block& b) const;
+  DynamiqParams p_;
+  DynamiqTables tables_;
+};
+
+// The rounding context of a compression call (builds the permutation table
+// column when the world needs one).
+DqRounding make_dynamiq_rounding(const RngCtx& rng);
+
+// Which vector ISA the CPU kernels use: "avx512" when the CPU has AVX-512
+// F/BW/DQ/VL (and DYNAMIQ_CPU_ISA is not "avx2"), else "avx2" in a build
+// with AVX2 (x86-64-v3 or native on such a CPU), "generic" in the portable
+// build (DYNAMIQ_CPU_ARCH empty, or not x86-64), whose scalar kernels run.
+// Outputs are bit-identical either way.
+std::string dynamiq_cpu_isa();
+// Force the build's baseline ("avx2", or "generic" in a build without AVX2;
+// the other one throws) or "avx512" (throws when unavailable), or go back to
+// "auto"; for tests and A/B benchmarks. Returns the previous ISA, which it
+// always accepts back. Not for use while kernels run.
+std::string dynamiq_set_cpu_isa(const std::string& isa);
+
+// The CPU kernels' random words of one SG (AVX2 Philox when compiled for it):
+// words[k + j*(S/4)] = word j of Philox call call0 + k. For tests.
+void dynamiq_fill_words(const RngKey& key, uint64_t call0, uint32_t purpose, uint32_t who, int S,
+                        uint32_t* words);
+
+// Fills plan.wire_offset from plan.bits and plan.order (wire order).
+void dynamiq_fill_wire_offsets(Plan& plan, const DynamiqFormat& fmt);
+
+// A plan for tests and benchmarks: S-element units, the given width per
+// source SG, `order` (empty: identity), bias (empty: none), `num_chunks`
+// chunks of nearly equal unit count, wire offsets filled.
+Plan make_dynamiq_plan(DType dtype, int64_t numel, const DynamiqFormat& fmt,
+                       std::vector<uint8_t> bits, std::vector<int32_t> order,
+                       std::vector<float> bias, int num_chunks);
+
+}  // namespace dynamiq

@@ -1,0 +1,925 @@
+#include "kernels/lossless/lossless_codec.h"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <mutex>
+
+#include "kernels/base/parallel.h"
+
+namespace dynamiq {
+
+static_assert(std::endian::native == std::endian::little,
+              "the lossless wire format is little-endian and read with memcpy");
+
+using namespace lossless;
+
+namespace {
+
+[[noreturn]] void bad(const std::string& what) { throw MalformedMessage("lossless: " + what); }
+
+// Segments per thread below which a call does not split (64 x 1024 values,
+// about the DynamiQ and bitsplit codecs' 64K elements), and per run. Every
+// segment's bytes are a function of its own exponents and of the block's
+// plan, so any assignment of segments to threads gives the same message.
+constexpr int64_t kMinSegmentsPerThread = 64;
+constexpr int64_t kSegmentsPerRun = 16;
+// The largest Huffman stream of a segment.
+constexpr int64_t kMaxStreamBytes = kSegment * kMaxCodeLen / 8;
+
+// Per-thread scratch (the executor runs one group's collectives on one thread).
+// A call's threads share the caller's: bind a reference before parallel_units
+// (a lambda naming a thread_local gets its own thread's).
+struct Scratch {
+  std::vector<uint8_t> exps, raw_in, raw_out;
+  std::vector<uint8_t> spill;  // escapes / streams of segments not written in place
+  LosslessEncodePlan enc;
+  LosslessDecodePlan dec;
+};
+Scratch& scratch() {
+  thread_local Scratch s;
+  return s;
+}
+uint8_t* grow(std::vector<uint8_t>& v, size_t bytes) {
+  if (v.size() < bytes + 8) v.resize(bytes + 8);  // +8: room for 8-byte group stores
+  return v.data();
+}
+
+void check_count(int64_t n) {
+  if (n < 0 || n > kMaxBlockValues)
+    throw Error("lossless: a block of " + std::to_string(n) +
+                " values does not fit the 32-bit count; lower block_bytes");
+}
+
+// ---- histogram -------------------------------------------------------------------
+
+// Adds the counts of e[0, m) to out. Eight sub-histograms: exponents
+// concentrate on a few values, and one table would serialise on the
+// store-to-load latency of the same counter.
+void histogram(const uint8_t* e, int64_t m, uint64_t* out /*256*/) {
+  uint32_t h[8][256];
+  std::memset(h, 0, sizeof(h));
+  int64_t i = 0;
+  for (; i + 8 <= m; i += 8) {
+    uint64_t x;
+    std::memcpy(&x, e + i, 8);
+    ++h[0][x & 0xff];
+    ++h[1][(x >> 8) & 0xff];
+    ++h[2][(x >> 16) & 0xff];
+    ++h[3][(x >> 24) & 0xff];
+    ++h[4][(x >> 32) & 0xff];
+    ++h[5][(x >> 40) & 0xff];
+    ++h[6][(x >> 48) & 0xff];
+    ++h[7][x >> 56];
+  }
+  for (; i < m; ++i) ++h[0][e[i]];
+  for (int s = 0; s < 256; ++s) {
+    uint64_t t = 0;
+    for (int k = 0; k < 8; ++k) t += h[k][s];
+    out[s] += t;
+  }
+}
+
+// ---- split: values -> SM planes + exponent bytes ----------------------------------
+// Flat loops over the same element functions as split_group (so they vectorise);
+// the tests check they agree with split_group byte for byte. Body values
+// [i0, i1), i0 a multiple of kSegment; the tail is copied by the caller.
+
+template <DType T>
+void split_block(const typename Split<T>::word* v, const Layout& L, int64_t i0, int64_t i1,
+                 uint8_t* msg, uint8_t* exps) {
+  using S = Split<T>;
+  const int64_t G = L.groups;
+  uint8_t* sm = msg + kHeaderBytes;
+  if constexpr (T == DType::kBF16) {
+    for (int64_t i = i0; i < i1; ++i) {
+      sm[i] = S::sm(v[i]);
+      exps[i] = S::exponent(v[i]);
+    }
+  } else if constexpr (T == DType::kF16) {
+    uint8_t hi[kSegment];  // hi3 of one segment, packed into planes below
+    for (int64_t b = i0; b < i1; b += kSegment) {
+      const int64_t c = std::min<int64_t>(kSegment, i1 - b);
+      for (int64_t i = 0; i < c; ++i) {
+        sm[b + i] = S::lo(v[b + i]);
+        exps[b + i] = S::exponent(v[b + i]);
+        hi[i] = S::hi3(v[b + i]);
+      }
+      for (int64_t g = 0; g < c / 8; ++g) {
+        uint64_t x;
+        std::memcpy(&x, hi + 8 * g, 8);
+        const int64_t gg = b / 8 + g;
+        sm[8 * G + gg] = pack_plane(x, 0);
+        sm[9 * G + gg] = pack_plane(x, 1);
+        sm[10 * G + gg] = pack_plane(x, 2);
+      }
+    }
+  } else {
+    uint8_t* hi = sm + 16 * G;
+    for (int64_t i = i0; i < i1; ++i) {
+      const uint16_t lo = S::lo16(v[i]);
+      std::memcpy(sm + 2 * i, &lo, 2);
+      hi[i] = S::hi(v[i]);
+      exps[i] = S::exponent(v[i]);
+    }
+  }
+}
+
+template <DType T>
+void merge_block(const uint8_t* msg, const Layout& L, const uint8_t* exps, int64_t i0, int64_t i1,
+                 typename Split<T>::word* v) {
+  using S = Split<T>;
+  const int64_t G = L.groups;
+  const uint8_t* sm = msg + kHeaderBytes;
+  if constexpr (T == DType::kBF16) {
+    for (int64_t i = i0; i < i1; ++i) v[i] = S::merge(exps[i], sm[i]);
+  } else if constexpr (T == DType::kF16) {
+    uint8_t hi[kSegment];
+    for (int64_t b = i0; b < i1; b += kSegment) {
+      const int64_t c = std::min<int64_t>(kSegment, i1 - b);
+      for (int64_t g = 0; g < c / 8; ++g) {
+        const int64_t gg = b / 8 + g;
+        const uint64_t x = unpack_plane(sm[8 * G + gg]) | (unpack_plane(sm[9 * G + gg]) << 1) |
+                           (unpack_plane(sm[10 * G + gg]) << 2);
+        std::memcpy(hi + 8 * g, &x, 8);
+      }
+      for (int64_t i = 0; i < c; ++i) v[b + i] = S::merge(exps[b + i], sm[b + i], hi[i]);
+    }
+  } else {
+    const uint8_t* hi = sm + 16 * G;
+    for (int64_t i = i0; i < i1; ++i) {
+      uint16_t lo;
+      std::memcpy(&lo, sm + 2 * i, 2);
+      v[i] = S::merge(exps[i], lo, hi[i]);
+    }
+  }
+}
+
+// ---- exponent section encoders (CPU loops) ------------------------------------------
+// By runs of segments [r0, r1). The plain section and the zip code planes
+// have fixed offsets. A segment's zip escapes or Huffman stream start where
+// the earlier segments' end: the run that starts at segment 0 (the only run
+// on one thread) writes them in place at `direct`; any other run writes
+// segment s's to spill + s * slot (slot: the most a segment can take), and
+// gather_spilled moves them into place once the section's table holds every
+// segment's size.
+
+int64_t zip_section_bytes(const Layout& L, int64_t n_esc) {
+  return kZipTableBytes + 2 * L.segments + 3 * L.groups + n_esc;
+}
+int64_t huff_header_bytes(const Layout& L, int k) { return 1 + k + (k + 1) / 2 + 2 * L.segments; }
+
+template <DType T>
+void encode_plain(const uint8_t* exps, const Layout& L, int64_t r0, int64_t r1, uint8_t* sec) {
+  if constexpr (T == DType::kF16) {
+    const int64_t g1 = std::min<int64_t>(L.groups, r1 * (kSegment / kGroup));
+    for (int64_t g = r0 * (kSegment / kGroup); g < g1; ++g) plain5_encode_group(exps, g, L.groups, sec);
+  } else {
+    const int64_t i0 = r0 * kSegment;
+    std::memcpy(sec + i0, exps + i0, size_t(std::min(L.body, r1 * kSegment) - i0));
+  }
+}
+
+void encode_zip(const uint8_t* exps, const LosslessEncodePlan& p, int64_t r0, int64_t r1, uint8_t* sec,
+                uint8_t* direct, uint8_t* spill) {
+  const Layout& L = p.layout;
+  uint8_t* meta = sec + kZipTableBytes;
+  uint8_t* planes = meta + 2 * L.segments;
+  const int64_t G = L.groups;
+  for (int64_t s = r0; s < r1; ++s) {
+    uint8_t* esc = direct ? direct : spill + s * kSegment;
+    uint32_t n_esc = 0;
+    const int64_t g0 = s * (kSegment / kGroup);
+    const int64_t g1 = std::min<int64_t>(G, g0 + kSegment / kGroup);
+    for (int64_t g = g0; g < g1; ++g) zip_encode_group(exps, g, G, p.zip_code_of, planes, esc, &n_esc);
+    store_u16(meta + 2 * s, uint16_t(n_esc));
+    if (direct) direct += n_esc;
+  }
+}
+
+// enc[e] = code | length << 16: one load per symbol.
+void encode_huffman(const uint8_t* exps, const LosslessEncodePlan& p, const uint32_t* enc, int64_t r0,
+                    int64_t r1, uint8_t* sec, uint8_t* direct, uint8_t* spill) {
+  const Layout& L = p.layout;
+  uint8_t* meta = sec + p.prefix_bytes;
+  // Two segments at a time: two independent bit writers (four spill registers).
+  // Each writes to a private buffer with slack, then is copied into place
+  // (or its spill slot).
+  constexpr int kLanes = 2;
+  constexpr int kLaneBytes = kMaxStreamBytes + 16;
+  alignas(64) uint8_t buf[kLanes][kLaneBytes];
+  for (int64_t s0 = r0; s0 < r1; s0 += kLanes) {
+    const int lanes = int(std::min<int64_t>(kLanes, r1 - s0));
+    HuffWriter w[kLanes];
+    const uint8_t* sy[kLanes];
+    int cnt[kLanes];
+    int cmin = kSegment;
+    for (int l = 0; l < lanes; ++l) {
+      sy[l] = exps + (s0 + l) * kSegment;
+      cnt[l] = segment_count(L.body, s0 + l);
+      cmin = std::min(cmin, cnt[l]);
+    }
+    int i = 0;
+    if (lanes == kLanes) {
+      for (; i + 4 <= cmin; i += 4)
+        for (int l = 0; l < kLanes; ++l) {
+          for (int j = 0; j < 4; ++j) {
+            const uint32_t e = enc[sy[l][i + j]];
+            huff_put(w[l], e & 0xffffu, int(e >> 16));
+          }
+          huff_flush_slack(w[l], buf[l]);
+        }
+    }
+    for (int l = 0; l < lanes; ++l) {
+      for (int j = i; j < cnt[l]; ++j) {
+        const uint32_t e = enc[sy[l][j]];
+        huff_put(w[l], e & 0xffffu, int(e >> 16));
+        huff_flush_slack(w[l], buf[l]);
+      }
+      const uint32_t b = huff_finish(w[l], buf[l]);
+      std::memcpy(direct ? direct : spill + (s0 + l) * kMaxStreamBytes, buf[l], b);
+      store_u16(meta + 2 * (s0 + l), uint16_t(b));
+      if (direct) direct += b;
+    }
+  }
+}
+
+// Moves the escapes or streams of segments [s1, S) from their spill slots to
+// their places after those of segments [0, s1); returns the bytes of all.
+int64_t gather_spilled(const uint8_t* meta, int64_t s1, int64_t S, const uint8_t* spill, int64_t slot,
+                       uint8_t* payload) {
+  int64_t pos = 0;
+  for (int64_t s = 0; s < S; ++s) {
+    const uint16_t b = load_u16(meta + 2 * s);
+    if (s >= s1) std::memcpy(payload + pos, spill + s * slot, b);
+    pos += b;
+  }
+  return pos;
+}
+
+template <DType T>
+size_t encode_impl(const typename Split<T>::word* v, int64_t n, uint8_t* out,
+                   const LosslessOptions& opt, LosslessBlockInfo* info) {
+  const Layout L = make_layout(T, n);
+  const int64_t m = L.body, S = L.segments;
+  Scratch& sc = scratch();
+  uint8_t* exps = grow(sc.exps, size_t(m));
+  // Split and count by runs of segments; the parts' counts are summed (any order).
+  uint64_t hist[256] = {};
+  std::mutex mu;
+  parallel_units(0, S, kMinSegmentsPerThread, kSegmentsPerRun, [&](UnitRuns& runs) {
+    uint64_t h[256] = {};
+    for (int64_t r0, r1; runs.next(r0, r1);) {
+      const int64_t i0 = r0 * kSegment, i1 = std::min(m, r1 * kSegment);
+      split_block<T>(v, L, i0, i1, out, exps);
+      histogram(exps + i0, i1 - i0, h);
+    }
+    std::lock_guard<std::mutex> lk(mu);
+    for (int e = 0; e < 256; ++e) hist[e] += h[e];
+  });
+  if (L.tail) std::memcpy(out + L.tail_offset, v + m, size_t(L.tail) * sizeof(typename Split<T>::word));
+  LosslessEncodePlan& p = sc.enc;
+  lossless_plan_encode(T, n, hist, opt, p);
+
+  uint8_t* sec = out + L.static_bytes;
+  int64_t dyn = p.section_bytes;  // exact, except Huffman: below
+  if (p.format == ExpFormat::kConst) {
+    sec[0] = p.syms[0];
+  } else {
+    const bool zip = p.format == ExpFormat::kZip, huff = p.format == ExpFormat::kHuffman;
+    std::memcpy(sec, p.prefix, size_t(p.prefix_bytes));
+    uint8_t* meta = sec + p.prefix_bytes;
+    uint8_t* payload = meta + 2 * S + (zip ? 3 * L.groups : 0);
+    const int64_t slot = huff ? kMaxStreamBytes : kSegment;
+    uint8_t* spill = zip || huff ? grow(sc.spill, size_t(S * slot)) : nullptr;
+    uint32_t enc[256];
+    if (huff)
+      for (int i = 0; i < 256; ++i) enc[i] = p.huff_code[i] | (uint32_t(p.huff_len[i]) << 16);
+    int64_t in_place = 0;  // segments [0, in_place) wrote their escapes or streams in place
+    parallel_units(0, S, kMinSegmentsPerThread, kSegmentsPerRun, [&](UnitRuns& runs) {
+      for (int64_t r0, r1; runs.next(r0, r1);) {
+        uint8_t* direct = nullptr;
+        if (r0 == 0) direct = payload, in_place = r1;
+        if (zip) encode_zip(exps, p, r0, r1, sec, direct, spill);
+        else if (huff) encode_huffman(exps, p, enc, r0, r1, sec, direct, spill);
+        else encode_plain<T>(exps, L, r0, r1, sec);
+      }
+    });
+    if (zip || huff) {
+      const int64_t bytes = gather_spilled(meta, in_place, S, spill, slot, payload);
+      if (huff) {
+        dyn = payload - sec + bytes;
+        if (dyn > p.section_bytes) throw Error("lossless: Huffman section exceeded its bound (bug)");
+      }
+    }
+  }
+  lossless_write_header(out, T, n, p.format, uint32_t(dyn));
+
+  if (info) {
+    info->format = p.format;
+    info->count = n;
+    info->body = m;
+    info->static_bytes = L.static_bytes;
+    info->dynamic_bytes = dyn;
+    info->distinct = p.k;
+    info->entropy_bits = p.entropy_bits;
+    for (int f = 0; f < kNumFormats; ++f) info->candidate_bytes[f] = p.candidate_bytes[f];
+    if (p.format == ExpFormat::kHuffman) info->candidate_bytes[int(ExpFormat::kHuffman)] = dyn;
+  }
+  return size_t(L.static_bytes + dyn);
+}
+
+// ---- header validation -------------------------------------------------------------
+
+Header check_header(const uint8_t* p, DType dtype, const Layout& L) {
+  Header h;
+  std::memcpy(&h, p, kHeaderBytes);
+  if (h.magic != kMagic) bad("bad magic byte " + std::to_string(h.magic) + " (not a lossless message)");
+  if (h.version != kVersion)
+    bad("format version " + std::to_string(h.version) + ", this build reads version " +
+        std::to_string(kVersion) + " (all ranks must run the same dynamiq build)");
+  if (crc16(p, kHeaderBytes - 2) != h.check) bad("header checksum mismatch (corrupted header)");
+  if (h.dtype != uint8_t(dtype))
+    bad("message dtype " + std::to_string(h.dtype) + ", expected " + dtype_name(dtype));
+  if (int64_t(h.count) != L.n)
+    bad("message holds " + std::to_string(h.count) + " values, the plan expects " + std::to_string(L.n));
+  if (h.reserved != 0) bad("reserved header field is not zero");
+  if (h.format >= kNumFormats) bad("unknown exponent format " + std::to_string(h.format));
+  const int64_t d = h.dynamic_bytes;
+  if (d > L.plain_bytes)
+    bad("dynamic part of " + std::to_string(d) + " bytes exceeds its bound of " +
+        std::to_string(L.plain_bytes));
+  switch (ExpFormat(h.format)) {
+    case ExpFormat::kPlain:
+      if (d != L.plain_bytes)
+        bad("plain exponent section of " + std::to_string(d) + " bytes, expected " +
+            std::to_string(L.plain_bytes));
+      break;
+    case ExpFormat::kConst:
+      if (L.body == 0 || d != 1) bad("constant exponent section of " + std::to_string(d) + " bytes");
+      break;
+    case ExpFormat::kZip:
+      if (L.body == 0 || d < zip_section_bytes(L, 0)) bad("zip exponent section too short");
+      break;
+    case ExpFormat::kHuffman:
+      if (L.body == 0 || d < huff_header_bytes(L, 2)) bad("Huffman exponent section too short");
+      break;
+  }
+  return h;
+}
+
+// ---- decoding (CPU loops over a parsed plan) ------------------------------------------
+
+// Exponents of segments [r0, r1) (the bf16/fp32 plain section is read in
+// place). mtable: the Huffman multi-symbol table, or null.
+void decode_exponents(const LosslessDecodePlan& P, const uint8_t* sec, const uint32_t* mtable, int64_t r0,
+                      int64_t r1, uint8_t* exps) {
+  const Layout& L = P.layout;
+  const int64_t m = L.body, G = L.groups;
+  switch (P.format) {
+    case ExpFormat::kPlain: {  // fp16
+      const int64_t g1 = std::min<int64_t>(G, r1 * (kSegment / kGroup));
+      for (int64_t g = r0 * (kSegment / kGroup); g < g1; ++g) plain5_decode_group(sec, g, G, exps);
+      return;
+    }
+    case ExpFormat::kConst: {
+      const int64_t i0 = r0 * kSegment;
+      std::memset(exps + i0, P.constant, size_t(std::min(m, r1 * kSegment) - i0));
+      return;
+    }
+    case ExpFormat::kZip: {
+      const uint8_t* planes = sec + P.planes_offset;
+      const uint8_t* esc = sec + P.payload_offset;
+      for (int64_t s = r0; s < r1; ++s) {
+        uint32_t pos = P.seg_start[size_t(s)];
+        const uint32_t end = P.seg_start[size_t(s) + 1];
+        const int64_t g0 = s * (kSegment / kGroup);
+        const int64_t g1 = std::min<int64_t>(G, g0 + kSegment / kGroup);
+        bool ok = true;
+        for (int64_t g = g0; g < g1; ++g) ok &= zip_decode_group(planes, g, G, P.zip_table, esc, &pos, end, exps);
+        if (!ok || pos != end) bad("zip escape codes disagree with the segment's escape count");
+      }
+      return;
+    }
+    case ExpFormat::kHuffman: {
+      const uint16_t* table = P.huff_table.data();
+      const uint8_t* streams = sec + P.payload_offset;
+      const uint64_t total = uint64_t(P.payload_bytes);
+      // Four segments in lockstep: four independent lookup chains.
+      constexpr int kLanes = 4;
+      for (int64_t s0 = r0; s0 < r1; s0 += kLanes) {
+        const int lanes = int(std::min<int64_t>(kLanes, r1 - s0));
+        HuffReader r[kLanes];
+        uint32_t sb[kLanes];
+        int cnt[kLanes];
+        uint8_t* o[kLanes];
+        for (int l = 0; l < lanes; ++l) {
+          const uint32_t b = P.seg_start[size_t(s0 + l)];
+          sb[l] = P.seg_start[size_t(s0 + l) + 1] - b;
+          r[l].seg = streams + b;
+          r[l].avail = total - b;
+          cnt[l] = segment_count(m, s0 + l);
+          o[l] = exps + (s0 + l) * kSegment;
+        }
+        int pos[kLanes] = {0, 0, 0, 0};
+        if (lanes == kLanes && mtable) {
+          // Up to 15 symbols per lane and round, writing at most 16 bytes.
+          const int cmin = std::min(std::min(cnt[0], cnt[1]), std::min(cnt[2], cnt[3]));
+          while (pos[0] + 16 <= cmin && pos[1] + 16 <= cmin && pos[2] + 16 <= cmin &&
+                 pos[3] + 16 <= cmin && huff_fast(r[0]) && huff_fast(r[1]) && huff_fast(r[2]) &&
+                 huff_fast(r[3]))
+            for (int l = 0; l < kLanes; ++l) pos[l] += huff_decode_multi5(r[l], mtable, o[l] + pos[l]);
+        } else if (lanes == kLanes) {
+          const int cmin = std::min(std::min(cnt[0], cnt[1]), std::min(cnt[2], cnt[3]));
+          int i = 0;
+          while (i + 5 <= cmin && huff_fast(r[0]) && huff_fast(r[1]) && huff_fast(r[2]) && huff_fast(r[3])) {
+            for (int l = 0; l < kLanes; ++l) huff_decode5(r[l], table, o[l] + i);
+            i += 5;
+          }
+          for (int l = 0; l < kLanes; ++l) pos[l] = i;
+        }
+        for (int l = 0; l < lanes; ++l) {
+          int j = pos[l];
+          while (j + 5 <= cnt[l] && huff_fast(r[l])) {
+            huff_decode5(r[l], table, o[l] + j);
+            j += 5;
+          }
+          for (; j < cnt[l]; ++j) huff_decode1(r[l], table, o[l] + j);
+          if (!huff_reader_ok(r[l], sb[l]))
+            bad("invalid Huffman code stream in segment " + std::to_string(s0 + l));
+        }
+      }
+      return;
+    }
+  }
+}
+
+template <DType T>
+void decode_impl(const uint8_t* in, size_t in_bytes, int64_t n, typename Split<T>::word* v) {
+  Scratch& sc = scratch();
+  LosslessDecodePlan& P = sc.dec;
+  lossless_parse(in, in_bytes, T, n, P);
+  const Layout& L = P.layout;
+  const int64_t m = L.body;
+  const uint8_t* sec = in + L.static_bytes;
+  // bf16/fp32 plain: one exponent per byte already
+  uint8_t* e = P.format == ExpFormat::kPlain && T != DType::kF16 ? nullptr : grow(sc.exps, size_t(m));
+  const uint8_t* exps = e ? e : sec;
+  // Multi-symbol table: worth its 2048 entries only for longer sections.
+  alignas(64) uint32_t mtable[kDecodeTableSize];
+  const bool multi = P.format == ExpFormat::kHuffman && m >= 8 * kSegment;
+  if (multi)
+    for (uint32_t q = 0; q < uint32_t(kDecodeTableSize); ++q) mtable[q] = huff_multi_entry(P.huff_table.data(), q);
+  // By runs of segments: they decode independently given P.seg_start.
+  parallel_units(0, L.segments, kMinSegmentsPerThread, kSegmentsPerRun, [&](UnitRuns& runs) {
+    for (int64_t r0, r1; runs.next(r0, r1);) {
+      if (e) decode_exponents(P, sec, multi ? mtable : nullptr, r0, r1, e);
+      merge_block<T>(in, L, exps, r0 * kSegment, std::min(m, r1 * kSegment), v);
+    }
+  });
+  if (L.tail) std::memcpy(v + m, in + L.tail_offset, size_t(L.tail) * sizeof(typename Split<T>::word));
+}
+
+}  // namespace
+
+// ---- package-merge --------------------------------------------------------------
+
+void lossless_code_lengths(const uint64_t* freq, int k, int maxlen, uint8_t* len) {
+  DQ_CHECK(k >= 2 && k <= 256, "code lengths: need 2..256 symbols");
+  DQ_CHECK(maxlen >= 1 && maxlen <= 15 && (1 << maxlen) >= k, "code lengths: maxlen too small");
+  std::vector<int> order(static_cast<size_t>(k));
+  for (int i = 0; i < k; ++i) order[size_t(i)] = i;
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return freq[a] < freq[b]; });
+  // An item is a leaf (>= 0: position in `order`) or a package (< 0: -1 - index
+  // of its first child in the previous level's list; children are 2p, 2p+1).
+  struct Item {
+    uint64_t w;
+    int ref;
+  };
+  std::vector<std::vector<Item>> lists(static_cast<size_t>(maxlen));
+  for (int i = 0; i < k; ++i) lists[0].push_back({freq[order[size_t(i)]], i});
+  for (int t = 1; t < maxlen; ++t) {
+    const auto& prev = lists[size_t(t - 1)];
+    auto& cur = lists[size_t(t)];
+    size_t a = 0, p = 0;
+    const size_t np = prev.size() / 2;
+    while (a < size_t(k) || p < np) {
+      const bool take_leaf =
+          p >= np || (a < size_t(k) && freq[order[a]] <= prev[2 * p].w + prev[2 * p + 1].w);
+      if (take_leaf) {
+        cur.push_back({freq[order[a]], int(a)});
+        ++a;
+      } else {
+        cur.push_back({prev[2 * p].w + prev[2 * p + 1].w, -1 - int(2 * p)});
+        ++p;
+      }
+    }
+  }
+  std::vector<int> depth(static_cast<size_t>(k), 0);
+  // Count leaf occurrences under the first 2k-2 items of the last list.
+  std::vector<std::pair<int, int>> stack;  // (level, index)
+  for (int i = 0; i < 2 * k - 2; ++i) stack.push_back({maxlen - 1, i});
+  while (!stack.empty()) {
+    auto [t, i] = stack.back();
+    stack.pop_back();
+    const Item& it = lists[size_t(t)][size_t(i)];
+    if (it.ref >= 0) {
+      ++depth[size_t(it.ref)];
+    } else {
+      const int c = -1 - it.ref;
+      stack.push_back({t - 1, c});
+      stack.push_back({t - 1, c + 1});
+    }
+  }
+  for (int i = 0; i < k; ++i) len[order[size_t(i)]] = uint8_t(depth[size_t(i)]);
+}
+
+// ---- host plans ---------------------------------------------------------------------
+
+void lossless_plan_encode(DType dtype, int64_t n, const uint64_t* hist, const LosslessOptions& opt,
+                          LosslessEncodePlan& p) {
+  check_count(n);
+  const Layout L = make_layout(dtype, n);
+  const int64_t m = L.body;
+  p.layout = L;
+  p.format = ExpFormat::kPlain;
+  p.k = 0;
+  p.n_esc = 0;
+  p.prefix_bytes = 0;
+  p.entropy_bits = 0.0;
+  std::memset(p.zip_code_of, 0, sizeof(p.zip_code_of));
+  std::memset(p.huff_code, 0, sizeof(p.huff_code));
+  std::memset(p.huff_len, 0, sizeof(p.huff_len));
+  int64_t best = L.plain_bytes;
+  p.section_bytes = best;
+  for (int f = 0; f < kNumFormats; ++f) p.candidate_bytes[f] = -1;
+  p.candidate_bytes[int(ExpFormat::kPlain)] = L.plain_bytes;
+  if (m == 0) return;
+  uint64_t total = 0;
+  for (int s = 0; s < 256; ++s)
+    if (hist[s]) {
+      if (s >= exp_alphabet(dtype)) throw Error("lossless: exponent histogram out of range");
+      p.syms[p.k] = uint8_t(s);
+      p.freq[p.k] = hist[s];
+      ++p.k;
+      total += hist[s];
+      p.entropy_bits -= double(hist[s]) * std::log2(double(hist[s]) / double(m));
+    }
+  if (total != uint64_t(m)) throw Error("lossless: exponent histogram does not sum to the block's body");
+  const bool allow_const = opt.formats & (1u << int(ExpFormat::kConst));
+  const bool allow_zip = opt.formats & (1u << int(ExpFormat::kZip));
+  const bool allow_huff = opt.formats & (1u << int(ExpFormat::kHuffman));
+  ExpFormat f = ExpFormat::kPlain;
+  if (p.k == 1 && allow_const) {
+    p.candidate_bytes[int(ExpFormat::kConst)] = 1;
+    if (1 < best) best = 1, f = ExpFormat::kConst;
+  }
+  uint8_t top[kZipCodes] = {0, 0, 0, 0, 0, 0, 0};
+  if (allow_zip) {
+    // The 7 most frequent exponents (ties: smaller exponent first).
+    int idx[256];
+    for (int i = 0; i < p.k; ++i) idx[i] = i;
+    const int t = std::min(p.k, kZipCodes);
+    std::partial_sort(idx, idx + t, idx + p.k, [&](int a, int b) {
+      return p.freq[a] != p.freq[b] ? p.freq[a] > p.freq[b] : a < b;
+    });
+    uint64_t covered = 0;
+    for (int i = 0; i < t; ++i) {
+      top[i] = p.syms[idx[i]];
+      covered += p.freq[idx[i]];
+    }
+    const int64_t z = zip_section_bytes(L, m - int64_t(covered));
+    p.candidate_bytes[int(ExpFormat::kZip)] = z;
+    if (z < best) {
+      best = z, f = ExpFormat::kZip;
+      p.n_esc = m - int64_t(covered);
+      for (int i = 0; i < t; ++i) p.zip_code_of[top[i]] = uint8_t(i + 1);
+    }
+  }
+  uint8_t lens[256] = {};
+  if (allow_huff && p.k >= 2) {
+    lossless_code_lengths(p.freq, p.k, kMaxCodeLen, lens);
+    uint64_t bits = 0;
+    for (int i = 0; i < p.k; ++i) bits += p.freq[i] * lens[i];
+    // Byte alignment adds < 1 byte per segment: an upper bound, exact after encoding.
+    const int64_t h = huff_header_bytes(L, p.k) + int64_t((bits + 7 * uint64_t(L.segments)) / 8);
+    p.candidate_bytes[int(ExpFormat::kHuffman)] = h;
+    if (h < best) best = h, f = ExpFormat::kHuffman;
+  }
+  p.format = f;
+  p.section_bytes = best;
+  if (f == ExpFormat::kZip) {
+    std::memcpy(p.prefix, top, kZipCodes);
+    p.prefix[kZipCodes] = 0;
+    p.prefix_bytes = kZipTableBytes;
+  } else if (f == ExpFormat::kHuffman) {
+    const int k = p.k;
+    p.prefix[0] = uint8_t(k - 1);
+    std::memcpy(p.prefix + 1, p.syms, size_t(k));
+    uint8_t* nib = p.prefix + 1 + k;
+    std::memset(nib, 0, size_t((k + 1) / 2));
+    for (int i = 0; i < k; ++i) nib[i / 2] |= uint8_t(lens[i] << (4 * (i & 1)));
+    p.prefix_bytes = 1 + k + (k + 1) / 2;
+    huff_build_tables(k, p.syms, lens, nullptr, p.huff_code, p.huff_len);
+  }
+}
+
+void lossless_write_header(uint8_t* out, DType dtype, int64_t n, ExpFormat format, uint32_t dynamic_bytes) {
+  check_count(n);
+  Header h{};
+  h.magic = kMagic;
+  h.version = kVersion;
+  h.dtype = uint8_t(dtype);
+  h.format = uint8_t(format);
+  h.count = uint32_t(n);
+  h.dynamic_bytes = dynamic_bytes;
+  h.reserved = 0;
+  h.check = 0;
+  std::memcpy(out, &h, kHeaderBytes);
+  h.check = crc16(out, kHeaderBytes - 2);
+  std::memcpy(out, &h, kHeaderBytes);
+}
+
+void lossless_parse(const uint8_t* in, size_t in_bytes, DType dtype, int64_t n, LosslessDecodePlan& P) {
+  check_count(n);
+  const Layout L = make_layout(dtype, n);
+  P.layout = L;
+  if (in_bytes < size_t(L.static_bytes))
+    bad("truncated message: " + std::to_string(in_bytes) + " bytes, the static part alone is " +
+        std::to_string(L.static_bytes));
+  const Header h = check_header(in, dtype, L);
+  if (in_bytes != size_t(L.static_bytes) + h.dynamic_bytes)
+    bad("message of " + std::to_string(in_bytes) + " bytes, header announces " +
+        std::to_string(L.static_bytes + int64_t(h.dynamic_bytes)));
+  P.format = ExpFormat(h.format);
+  P.dynamic_bytes = h.dynamic_bytes;
+  P.seg_start.clear();
+  const uint8_t* sec = in + L.static_bytes;
+  const int64_t d = h.dynamic_bytes, m = L.body, G = L.groups, S = L.segments;
+  const int alphabet = exp_alphabet(dtype);
+  switch (P.format) {
+    case ExpFormat::kPlain:
+      return;
+    case ExpFormat::kConst:
+      if (sec[0] >= alphabet) bad("constant exponent out of range");
+      P.constant = sec[0];
+      return;
+    case ExpFormat::kZip: {
+      P.zip_table[0] = 0;
+      for (int i = 0; i < kZipCodes; ++i) {
+        if (sec[i] >= alphabet) bad("zip table exponent out of range");
+        P.zip_table[i + 1] = sec[i];
+      }
+      if (sec[kZipCodes] != 0) bad("zip table padding is not zero");
+      const uint8_t* meta = sec + kZipTableBytes;
+      P.planes_offset = kZipTableBytes + 2 * S;
+      P.payload_offset = P.planes_offset + 3 * G;
+      P.payload_bytes = d - P.payload_offset;
+      P.seg_start.resize(size_t(S) + 1);
+      uint64_t pos = 0;
+      for (int64_t s = 0; s < S; ++s) {
+        P.seg_start[size_t(s)] = uint32_t(pos);
+        const uint32_t cnt = load_u16(meta + 2 * s);
+        if (cnt > uint32_t(segment_count(m, s))) bad("zip segment escape count out of range");
+        pos += cnt;
+      }
+      if (pos != uint64_t(P.payload_bytes)) bad("zip escape counts disagree with the escape list");
+      P.seg_start[size_t(S)] = uint32_t(pos);
+      return;
+    }
+    case ExpFormat::kHuffman: {
+      const int k = int(sec[0]) + 1;
+      if (k < 2 || k > alphabet) bad("Huffman table with " + std::to_string(k) + " symbols");
+      const int64_t hb = huff_header_bytes(L, k);
+      if (hb > d) bad("Huffman table larger than its section");
+      const uint8_t* sym = sec + 1;
+      const uint8_t* nib = sym + k;
+      uint8_t len[256];
+      uint32_t kraft = 0;
+      for (int i = 0; i < k; ++i) {
+        if (sym[i] >= alphabet) bad("Huffman symbol out of range");
+        if (i > 0 && sym[i] <= sym[i - 1]) bad("Huffman symbols not strictly increasing");
+        len[i] = uint8_t((nib[i / 2] >> (4 * (i & 1))) & 0xf);
+        if (len[i] < 1 || len[i] > kMaxCodeLen) bad("Huffman code length out of range");
+        kraft += 1u << (kMaxCodeLen - len[i]);
+      }
+      if ((k & 1) && (nib[k / 2] >> 4) != 0) bad("Huffman length padding is not zero");
+      if (kraft > uint32_t(kDecodeTableSize)) bad("Huffman code lengths are over-subscribed");
+      P.huff_table.resize(kDecodeTableSize);
+      huff_build_tables(k, sym, len, P.huff_table.data(), nullptr, nullptr);
+      const uint8_t* meta = sym + k + (k + 1) / 2;
+      P.payload_offset = hb;
+      P.payload_bytes = d - hb;
+      P.seg_start.resize(size_t(S) + 1);
+      uint64_t off = 0;
+      for (int64_t s = 0; s < S; ++s) {
+        P.seg_start[size_t(s)] = uint32_t(off);
+        off += load_u16(meta + 2 * s);
+        if (off > uint64_t(P.payload_bytes)) bad("Huffman segment lengths exceed the section");
+      }
+      if (off != uint64_t(P.payload_bytes)) bad("Huffman section longer than its segments");
+      P.seg_start[size_t(S)] = uint32_t(off);
+      return;
+    }
+  }
+}
+
+// ---- block-level API ----------------------------------------------------------------
+
+size_t lossless_static_bytes(DType dtype, int64_t n) {
+  check_count(n);
+  return size_t(make_layout(dtype, n).static_bytes);
+}
+
+size_t lossless_max_dynamic_bytes(DType dtype, int64_t n) {
+  check_count(n);
+  return size_t(make_layout(dtype, n).plain_bytes);
+}
+
+size_t lossless_encode(const void* values, DType dtype, int64_t n, uint8_t* out,
+                       const LosslessOptions& opt, LosslessBlockInfo* info) {
+  check_count(n);
+  return DQ_DISPATCH_DTYPE(dtype, T, [&] {
+    return encode_impl<T>(static_cast<const typename Split<T>::word*>(values), n, out, opt, info);
+  });
+}
+
+size_t lossless_dynamic_bytes(const uint8_t* static_part, DType dtype, int64_t n) {
+  check_count(n);
+  return check_header(static_part, dtype, make_layout(dtype, n)).dynamic_bytes;
+}
+
+void lossless_decode(const uint8_t* in, size_t in_bytes, DType dtype, int64_t n, void* values) {
+  check_count(n);
+  DQ_DISPATCH_DTYPE(dtype, T, [&] {
+    decode_impl<T>(in, in_bytes, n, static_cast<typename Split<T>::word*>(values));
+  });
+}
+
+ExpFormat lossless_format_of(const uint8_t* msg) { return ExpFormat(msg[3]); }
+
+// ---- the codec ---------------------------------------------------------------------
+
+namespace {
+
+struct Span {
+  int64_t e0, n;
+};
+
+Span span_of(const Plan& plan, const Block& b) {
+  if (!plan.order.empty() || !plan.bias.empty())
+    throw Error("lossless codec needs an identity plan (no reordering, no bias)");
+  int64_t e0 = b.w0 * plan.unit;
+  int64_t e1 = std::min<int64_t>(b.w1 * plan.unit, plan.numel);
+  if (e0 > e1) e0 = e1;
+  check_count(e1 - e0);
+  return {e0, e1 - e0};
+}
+
+}  // namespace
+
+Plan make_lossless_plan(DType dtype, int64_t numel, int num_chunks) {
+  return make_identity_plan(dtype, numel, num_chunks);
+}
+
+size_t LosslessCodec::static_bytes(const Plan& plan, const Block& b) const {
+  return lossless_static_bytes(plan.dtype, span_of(plan, b).n);
+}
+
+size_t LosslessCodec::max_dynamic_bytes(const Plan& plan, const Block& b) const {
+  return lossless_max_dynamic_bytes(plan.dtype, span_of(plan, b).n);
+}
+
+size_t LosslessCodec::dynamic_bytes(const uint8_t* static_part, const Plan& plan,
+                                    const Block& b) const {
+  return lossless_dynamic_bytes(static_part, plan.dtype, span_of(plan, b).n);
+}
+
+size_t LosslessCodec::compress(const Local& x, const Plan& plan, const Block& b, const RngCtx& rng,
+                               uint8_t* out) const {
+  const Span s = span_of(plan, b);
+  const size_t es = size_t(dtype_size(plan.dtype));
+  const void* values;
+  if (x.acc) {
+    // The identity codec's rounding of the float accumulator to the bucket dtype.
+    uint8_t* raw = grow(scratch().raw_out, size_t(s.n) * es);
+    id_.compress(x, plan, b, rng, raw);
+    values = raw;
+  } else {
+    values = static_cast<const uint8_t*>(x.bucket) + size_t(s.e0) * es;
+  }
+  return lossless_encode(values, plan.dtype, s.n, out, opt_);
+}
+
+void LosslessCodec::decompress(const uint8_t* in, size_t in_bytes, const Plan& plan, const Block& b,
+                               const Output& y) const {
+  const Span s = span_of(plan, b);
+  const size_t es = size_t(dtype_size(plan.dtype));
+  uint8_t* dst = static_cast<uint8_t*>(y.bucket) + size_t(s.e0) * es;
+  lossless_decode(in, in_bytes, plan.dtype, s.n, dst);
+  // Division for mean exactly as the identity codec does it (in place).
+  if (y.divisor != 1.0f) id_.decompress(dst, size_t(s.n) * es, plan, b, y);
+}
+
+void LosslessCodec::decompress_accumulate(const uint8_t* in, size_t in_bytes, const Local& x,
+                                          const Plan& plan, const Block& b, float* acc) const {
+  const Span s = span_of(plan, b);
+  const size_t bytes = size_t(s.n) * size_t(dtype_size(plan.dtype));
+  uint8_t* raw = grow(scratch().raw_in, bytes);
+  lossless_decode(in, in_bytes, plan.dtype, s.n, raw);
+  id_.decompress_accumulate(raw, bytes, x, plan, b, acc);
+}
+
+size_t LosslessCodec::decompress_accumulate_recompress(const uint8_t* in, size_t in_bytes,
+                                                       const Local& x, const Plan& plan,
+                                                       const Block& b, const RngCtx& rng,
+                                                       uint8_t* out) const {
+  const Span s = span_of(plan, b);
+  const size_t bytes = size_t(s.n) * size_t(dtype_size(plan.dtype));
+  Scratch& sc = scratch();
+  uint8_t* raw = grow(sc.raw_in, bytes);
+  lossless_decode(in, in_bytes, plan.dtype, s.n, raw);
+  uint8_t* sum = grow(sc.raw_out, bytes);
+  id_.decompress_accumulate_recompress(raw, bytes, x, plan, b, rng, sum);
+  return lossless_encode(sum, plan.dtype, s.n, out, opt_);
+}
+
+// ---- statistics -----------------------------------------------------------------------
+
+LosslessStats lossless_stats(const void* data, DType dtype, int64_t numel, int64_t block_bytes,
+                             const LosslessOptions& opt) {
+  DQ_CHECK(numel >= 0, "lossless_stats: numel must be >= 0");
+  DQ_CHECK(numel == 0 || data != nullptr, "lossless_stats: null data");
+  LosslessStats st;
+  st.dtype = dtype;
+  st.numel = numel;
+  const int64_t es = dtype_size(dtype);
+  st.raw_bytes = numel * es;
+  if (numel == 0) return st;
+  DQ_CHECK(block_bytes > 0, "lossless_stats: block_bytes must be positive");
+  // Blocks as the collective cuts one chunk: units of 256 values, about block_bytes raw each.
+  const int64_t unit = 256;
+  const int64_t units = ceil_div<int64_t>(numel, unit);
+  const int64_t per_block = std::max<int64_t>(1, block_bytes / (unit * es));
+  std::vector<uint8_t> msg;
+  uint64_t hist_all[256] = {0};
+  double block_entropy = 0.0;
+  for (int64_t u0 = 0; u0 < units; u0 += per_block) {
+    const int64_t e0 = u0 * unit;
+    const int64_t n = std::min(numel, (u0 + per_block) * unit) - e0;
+    msg.resize(lossless_static_bytes(dtype, n) + lossless_max_dynamic_bytes(dtype, n));
+    LosslessBlockInfo info;
+    const size_t bytes =
+        lossless_encode(static_cast<const uint8_t*>(data) + e0 * es, dtype, n, msg.data(), opt, &info);
+    st.blocks += 1;
+    st.coded_bytes += int64_t(bytes);
+    st.exponent_bytes += info.dynamic_bytes;
+    st.body_exponents += info.body;
+    st.blocks_by_format[int(info.format)] += 1;
+    block_entropy += info.entropy_bits;
+    // Exponents of the whole block (tail included) for the tensor's entropy.
+    DQ_DISPATCH_DTYPE(dtype, T, [&] {
+      using S = Split<T>;
+      const auto* v = reinterpret_cast<const typename S::word*>(static_cast<const uint8_t*>(data) + e0 * es);
+      for (int64_t i = 0; i < n; ++i) ++hist_all[S::exponent(v[i])];
+    });
+  }
+  double h = 0.0;
+  for (int s = 0; s < 256; ++s)
+    if (hist_all[s]) h -= double(hist_all[s]) * std::log2(double(hist_all[s]) / double(numel));
+  st.exponent_entropy = h / double(numel);
+  st.block_exponent_entropy = st.body_exponents ? block_entropy / double(st.body_exponents) : 0.0;
+  st.exponent_bits = st.body_exponents ? 8.0 * double(st.exponent_bytes) / double(st.body_exponents) : 0.0;
+  st.ratio = double(st.coded_bytes) / double(st.raw_bytes);
+  return st;
+}
+
+double zipccl_sigma_rule_bits(const void* data, DType dtype, int64_t numel) {
+  if (numel <= 0) return 0.0;
+  double ss = 0.0, sum = 0.0;
+  uint64_t hist[256] = {0};
+  DQ_DISPATCH_DTYPE(dtype, T, [&] {
+    using Tr = DTypeTraits<T>;
+    using S = Split<T>;
+    const auto* p = static_cast<const typename Tr::storage*>(data);
+    const auto* w = static_cast<const typename S::word*>(data);
+    for (int64_t i = 0; i < numel; ++i) {
+      const double v = Tr::load(p, i);
+      if (std::isfinite(v)) sum += v, ss += v * v;
+      ++hist[S::exponent(w[i])];
+    }
+  });
+  const double mean = sum / double(numel);
+  const double sigma = std::sqrt(std::max(0.0, ss / double(numel) - mean * mean));
+  const int bias = dtype == DType::kF16 ? 15 : 127;
+  const int alphabet = exp_alphabet(dtype);
+  int x0 = sigma > 0 ? int(std::floor(std::log2(sigma) - 5.35 + 0.5)) + bias : 0;
+  uint64_t covered = 0;
+  for (int e = x0; e < x0 + kZipCodes; ++e)
+    if (e >= 0 && e < alphabet) covered += hist[e];
+  const double esc = double(numel - int64_t(covered)) / double(numel);
+  return 3.0 + exp_bits(dtype) * esc;
+}
+
+}  // namespace dynamiq
