@@ -1,4 +1,4 @@
-"""One timing helper for every benchmark (STYLE.md #11).
+"""One timing helper for every benchmark (STYLE.md #11); results go through experiments/results_io.py.
 
 A measurement is a collective run `repeats` times after `warmup` runs; each
 repeat starts after a barrier and its time is the slowest rank's (an
@@ -14,11 +14,7 @@ all-reduce).
 
 from __future__ import annotations
 
-import json
-import os
-import platform
 import statistics
-import subprocess
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Callable, List, Optional
@@ -28,7 +24,7 @@ import torch.distributed as dist
 
 BUSBW_FORMULA = "busbw = algbw * 2(n-1)/n, algbw = bucket bytes / median time"
 # tbf counts 1514-byte Ethernet frames carrying 1448 bytes of TCP payload
-# (experiments/results/netbed.md): goodput = rate * 1448 / 1514.
+# (experiments/results/netbed/README.md): goodput = rate * 1448 / 1514.
 GOODPUT = 1448 / 1514
 
 
@@ -106,22 +102,6 @@ def time_collective(fn: Callable[[], Optional[float]], repeats: int, warmup: int
     return times, (s.item() if s.item() > 0 else None)
 
 
-def machine_info() -> dict:
-    info = {"platform": platform.platform(), "python": platform.python_version(), "torch": torch.__version__,
-            "cpus": os.cpu_count()}
-    try:
-        model = [l for l in open("/proc/cpuinfo") if l.startswith("model name")]
-        info["cpu"] = model[0].split(":", 1)[1].strip() if model else "?"
-    except OSError:
-        pass
-    try:
-        info["git"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                                     cwd=os.path.dirname(__file__)).stdout.strip()
-    except OSError:
-        pass
-    return info
-
-
 def fmt_bytes(b: float) -> str:
     for unit, div in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
         if b >= div:
@@ -133,11 +113,3 @@ def markdown_table(headers: List[str], rows: List[List[str]]) -> str:
     out = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
     out += ["| " + " | ".join(r) + " |" for r in rows]
     return "\n".join(out)
-
-
-def save(path: str, payload: dict, markdown: str) -> None:
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    with open(path, "w") as f:
-        json.dump(payload, f, indent=1)
-    with open(os.path.splitext(path)[0] + ".md", "w") as f:
-        f.write(markdown + "\n")

@@ -1,8 +1,8 @@
 """Time to accuracy in miniature: 4 DDP workers in the emulated cluster at
 1 Gbit/s, one small transformer LM, one row per gradient-communication method.
 
-    python experiments/train.py                        # netbed, 4 ranks, 1 Gbit/s (root), ~40 min
-    python experiments/train.py --loopback --steps 50  # no root: unshaped loopback (timings mean little)
+    python experiments/studies/train.py                # netbed, 4 ranks, 1 Gbit/s (root), ~40 min
+    python experiments/studies/train.py --loopback --steps 50 --out experiments/out/train  # no root: unshaped
 
 Rows: uncompressed (DDP's default all-reduce over Gloo), PyTorch's
 fp16_compress_hook, PowerSGD (rank 4, one bucket), dynamiq 5 bits (ring),
@@ -13,7 +13,7 @@ Reported: training loss against steps and against wall-clock (PNG), held-out
 loss every `--eval-every` steps, final held-out loss relative to the
 uncompressed row, and the time each row needs to reach the uncompressed
 row's final held-out loss within 1 % and 5 %. Evaluation time is excluded
-from the wall-clock.
+from the wall-clock. Writes experiments/results/train/ (`--out DIR` for a scratch run elsewhere).
 """
 
 from __future__ import annotations
@@ -29,8 +29,9 @@ from datetime import timedelta
 import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-import benchlib  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))
+from experiments import results_io  # noqa: E402
+from experiments.bench import benchlib  # noqa: E402
 
 METHODS = ["uncompressed", "fp16", "powersgd4", "dynamiq5", "lossless", "bitsplit4"]
 
@@ -119,7 +120,6 @@ def run_method(method: str, args) -> dict:
     tmp = tempfile.mkdtemp(prefix="dynamiq-train-")
     out = os.path.join(tmp, "log.json")
     argv = ["--worker", out, "--method", method] + [a for a in sys.argv[1:]]
-    sys.path.insert(0, os.path.dirname(HERE))
     from experiments.netbed import run
     res = run(os.path.abspath(__file__), argv, world=args.world, rate=args.rate, timeout=args.timeout,
               loopback=args.loopback, stream=0)
@@ -155,11 +155,13 @@ def main(argv=None) -> None:
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--timeout", type=float, default=7200)
-    p.add_argument("--out", default=os.path.join(HERE, "out", "train.json"))
+    p.add_argument("--out", default=None, help="study folder to write instead of experiments/results/train")
     args = p.parse_args(argv)
     if worker_out is not None:
         rank_main(args, worker_out)
         return
+    run = results_io.Run("train", "Time to accuracy on the emulated cluster", script=__file__, argv=argv,
+                         out=args.out)
     logs = {}
     for m in args.methods:
         print(f"== {m}", flush=True)
@@ -181,7 +183,6 @@ def main(argv=None) -> None:
                       f"{total:.1f}", f"{total / len(log['wall']):.3f}",
                       f"step {t5[0]}, {t5[1]:.0f} s" if t5 else "not reached",
                       f"step {t1[0]}, {t1[1]:.0f} s" if t1 else "not reached"])
-    cmd = "python experiments/train.py " + " ".join(argv)
     where = "loopback (unshaped)" if args.loopback else f"netbed, {args.rate} links"
     nparams = next((l["params"] for l in logs.values() if "params" in l), 0)
     wire = []
@@ -195,11 +196,11 @@ def main(argv=None) -> None:
                "statistics moved too far):\n\n" + benchlib.markdown_table(
                    ["method", "mean bits", "min", "max", "steps with an exact search", "of them fallbacks"], wire)
                ) if wire else ""
-    md = (f"Command: `{cmd}`\n\n{args.world} ranks, {where}; TinyGPT d={args.dim} x {args.layers} layers "
+    md = (f"{args.world} ranks, {where}; TinyGPT d={args.dim} x {args.layers} layers "
           f"({nparams / 1e6:.1f} M parameters), batch {args.batch} x {args.ctx} tokens per rank, {args.steps} steps, "
-          f"AdamW lr {args.lr}. Machine: {benchlib.machine_info()}\n\n" + benchlib.markdown_table(headers, table) + wire_md)
+          f"AdamW lr {args.lr}.\n\n" + benchlib.markdown_table(headers, table) + wire_md)
     print(md)
-    benchlib.save(args.out, {"command": cmd, "logs": logs}, md)
+    plot = None
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -220,9 +221,11 @@ def main(argv=None) -> None:
             a.legend(fontsize=7)
         fig.suptitle(f"TinyGPT, {args.world} ranks, {where}")
         fig.tight_layout()
-        fig.savefig(os.path.splitext(args.out)[0] + ".png", dpi=120)
+        plot = "train.png"
+        fig.savefig(run.path(plot), dpi=120)
     except ImportError:
         print("matplotlib not installed: no plot")
+    print("[train]", run.write("train", md, data={"args": vars(args), "logs": logs}, plot=plot))
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """How often a 2-rank Gloo DDP job aborts at exit, with and without freeing the model first.
 
-    python experiments/gloo_exit_abort.py --runs 25
+    python experiments/probes/gloo_exit_abort.py --runs 25
 
 Each run is a fresh `torch.multiprocessing.spawn` of 2 ranks: DDP over a
 Linear(64, 64), 10 training steps (plain DDP, or with dynamiq.register),

@@ -2,8 +2,8 @@
 two-step, with the real codecs over the in-process transport
 (`dynamiq.simulate`, the same C++ schedules and wire format as a real run).
 
-    python experiments/topology.py                     # n = 2..64, default rows
-    python experiments/topology.py --worlds 2 4 8 --trials 2 --numel 65536
+    python experiments/studies/topology.py             # n = 2..64, default rows
+    python experiments/studies/topology.py --worlds 2 4 8 --trials 2 --numel 65536 --out experiments/out/topology
 
 Appendix B of the DynamiQ paper bounds the ring's MSE by O(n^3) and the
 butterfly's by O(n^2) (a factor n slower); two-step quantises each
@@ -12,8 +12,8 @@ exact (float64) sum; inputs are i.i.d. per rank (Gaussian, or Student-t with 3
 degrees of freedom for `--data heavy`), so ||X||^2 grows like n and vNMSE
 like MSE / n. `--data identical` gives every rank the same Gaussian vector:
 appendix B's worst case, where partial sums grow linearly with the subtree
-size and ||X||^2 like n^2. Writes JSON, a markdown table and a PNG plot
-(experiments/out/topology.*), and fits the log-log slope per row.
+size and ||X||^2 like n^2. Fits the log-log slope per row and writes the table, JSON and a
+PNG plot as the part `--data` of experiments/results/topology/ (`--out DIR` for a scratch run).
 """
 
 from __future__ import annotations
@@ -26,8 +26,9 @@ import time
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import benchlib  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+from experiments import results_io  # noqa: E402
+from experiments.bench import benchlib  # noqa: E402
 
 import dynamiq  # noqa: E402
 
@@ -92,8 +93,10 @@ def main(argv=None) -> None:
     p.add_argument("--numel", type=int, default=1 << 18)
     p.add_argument("--trials", type=int, default=3)
     p.add_argument("--data", choices=["gaussian", "heavy", "identical"], default="gaussian")
-    p.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "out", "topology.json"))
+    p.add_argument("--out", default=None, help="study folder to write instead of experiments/results/topology")
     args = p.parse_args(argv)
+    run = results_io.Run("topology", "vNMSE against world size: ring, butterfly, two-step", script=__file__,
+                         argv=argv, out=args.out)
 
     available = dynamiq.available_modes()
     results = []  # dicts: row, topology, n, vnmse (mean over trials) or error
@@ -135,15 +138,13 @@ def main(argv=None) -> None:
             table.append([row, topo] + cells + [fit_slope(recs), fit_slope([r for r in recs if r["n"] >= 8])])
     checked = [r["equals_none"] for r in results if "equals_none" in r]
     lossless_exact = ("yes" if all(checked) else "NO") if checked else "not run"
-    cmd = "python experiments/topology.py " + " ".join(sys.argv[1:] if argv is None else argv)
-    md = (f"Command: `{cmd}`\n\nMachine: {benchlib.machine_info()}\n\n"
-          f"vNMSE of the sum, {args.data} data, {args.numel} elements per rank, mean of {args.trials} trials; "
+    md = (f"vNMSE of the sum, {args.data} data, {args.numel} elements per rank, mean of {args.trials} trials; "
           f"slope = least-squares slope of log vNMSE against log n (all n, and n >= 8 only). "
           f"Rows {', '.join(EXACT_MODES)}: float32 summation rounding, not codec error; "
           f"lossless output bit-identical to mode none in every cell: {lossless_exact}.\n\n"
           + benchlib.markdown_table(headers, table))
     print(md)
-    benchlib.save(args.out, {"command": cmd, "args": vars(args), "results": results}, md)
+    plot = None
     try:
         import matplotlib
 
@@ -180,9 +181,11 @@ def main(argv=None) -> None:
         fig.suptitle(f"vNMSE vs world size, {args.numel} elements per rank, mean of {args.trials} trials "
                      "(ring solid, butterfly dashed, twostep dotted)", fontsize=10)
         fig.tight_layout()
-        fig.savefig(os.path.splitext(args.out)[0] + ".png", dpi=120)
+        plot = f"{args.data}.png"
+        fig.savefig(run.path(plot), dpi=120)
     except ImportError:
         print("matplotlib not installed: no plot")
+    print("[topology]", run.write(args.data, md, data={"args": vars(args), "results": results}, plot=plot))
 
 
 if __name__ == "__main__":

@@ -2,9 +2,13 @@
 built-in communication hooks, all measured in the same run.
 
     # loopback (no root), 2 and 4 local ranks:
-    python experiments/bench_allreduce.py --worlds 2 4 --sizes-mb 1 16 64
+    python experiments/bench/bench_allreduce.py --worlds 2 4 --sizes-mb 1 16 64
     # the emulated cluster (root): 4 ranks on 1 Gbit/s links
-    python experiments/bench_allreduce.py --netbed 1gbit --worlds 4 --sizes-mb 64
+    python experiments/bench/bench_allreduce.py --netbed 1gbit --worlds 4 --sizes-mb 64
+
+Writes experiments/results/<study>/ (README.md section and <part>.json; `--study`, default
+allreduce_netbed or allreduce_loopback, `--part`, default the study's name); `--out DIR` for a
+scratch run elsewhere.
 
 Rows (`--methods`):
   gloo                     torch.distributed.all_reduce in the bucket dtype (--dtype): the baseline
@@ -35,8 +39,10 @@ import torch
 import torch.distributed as dist
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-import benchlib  # noqa: E402
+REPO = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, REPO)
+from experiments import results_io  # noqa: E402
+from experiments.bench import benchlib  # noqa: E402
 
 
 def dtype_size(name: str) -> int:
@@ -213,7 +219,6 @@ def run_world_local(world: int, args) -> list:
 
 
 def run_world_netbed(world: int, args) -> list:
-    sys.path.insert(0, os.path.dirname(HERE))
     from experiments.netbed import run
 
     tmp = tempfile.mkdtemp(prefix="dynamiq-bench-")
@@ -272,25 +277,32 @@ def main(argv=None) -> None:
     p.add_argument("--netbed", default=None, help="run in the emulated cluster at this rate (e.g. 1gbit); root")
     p.add_argument("--timeout", type=float, default=3600)
     p.add_argument("--pg-timeout", type=float, default=600)
-    p.add_argument("--out", default=os.path.join(HERE, "out", "bench_allreduce.json"))
+    p.add_argument("--study", default=None,
+                   help="results/<study>/ to write (default allreduce_netbed with --netbed, else allreduce_loopback)")
+    p.add_argument("--part", default=None, help="this command's part of the study (default: the study's name)")
+    p.add_argument("--out", default=None, help="study folder to write instead of experiments/results/<study>")
     args = p.parse_args(argv)
     if worker_out is not None:  # one rank inside the netbed: env:// rendezvous
         rank_main(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), args, "env://", worker_out)
         return
+    study = args.study or ("allreduce_netbed" if args.netbed else "allreduce_loopback")
+    title = ("All-reduce on the emulated cluster: dynamiq against Gloo, PyTorch's hooks and PowerSGD" if args.netbed
+             else "All-reduce on loopback: dynamiq's driver against Gloo")
+    run = results_io.Run(study, title, script=__file__, argv=argv, out=args.out)
     rows = []
     for w in args.worlds:
         rows += run_world_netbed(w, args) if args.netbed else run_world_local(w, args)
     rate_bps = benchlib.parse_rate(args.netbed) if args.netbed else 0.0
     md = report(rows, args, rate_bps)
-    cmd = "python experiments/bench_allreduce.py " + " ".join(argv)
     where = f"netbed at {args.netbed} per link" if args.netbed else "loopback (unshaped)"
-    header = (f"Command: `{cmd}`\n\nNetwork: {where}. Buckets: {args.dtype}. Machine: {benchlib.machine_info()}\n\n"
+    header = (f"Network: {where}. Buckets: {args.dtype}. "
               f"Time = slowest rank, median of {args.repeats} repeats; spread = (max-min)/median; "
               f"{benchlib.BUSBW_FORMULA}; speedup = Gloo's median / this row's median (same run); "
               "ideal = Gloo's ring bytes per rank / this row's bytes per rank"
               + ("; % of wire bound = (bytes sent x 8 / goodput) / median" if rate_bps else "") + ".\n\n")
     print(header + md)
-    benchlib.save(args.out, {"command": cmd, "machine": benchlib.machine_info(), "rows": rows}, header + md)
+    path = run.write(args.part or study, header + md, data={"args": vars(args), "rows": rows})
+    print(f"[bench] {path}")
 
 
 if __name__ == "__main__":

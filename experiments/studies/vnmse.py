@@ -1,8 +1,10 @@
 """The DynamiQ paper's error tables (its table 3 and table 6) in miniature, on
 real gradients.
 
-    python experiments/vnmse.py                 # ~10 min on 2 cores
-    python experiments/vnmse.py --steps 100 --captures 0 50 100   # quicker
+    python experiments/studies/vnmse.py                 # ~10 min on 2 cores
+    python experiments/studies/vnmse.py --steps 100 --captures 0 50 100 --out experiments/out/vnmse  # quicker
+
+Writes experiments/results/vnmse/ (`--out DIR` for a scratch run elsewhere).
 
 Gradients: a byte-level transformer LM (dynamiq.demo.TinyGPT, d=128, 4
 layers, 0.8 M parameters) trained with AdamW on the text of CPython's pydoc
@@ -34,8 +36,9 @@ import time
 import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-import benchlib  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))
+from experiments import results_io  # noqa: E402
+from experiments.bench import benchlib  # noqa: E402
 
 import dynamiq  # noqa: E402
 from dynamiq.demo import TinyGPT, corpus, get_batch, lm_loss  # noqa: E402
@@ -171,11 +174,13 @@ def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=600)
     p.add_argument("--captures", type=int, nargs="+", default=[0, 100, 300, 600])
-    p.add_argument("--out", default=os.path.join(HERE, "out", "vnmse.json"))
+    p.add_argument("--out", default=None, help="study folder to write instead of experiments/results/vnmse")
     p.add_argument("--grads-cache", default=None,
                    help="torch.save the captured gradients here, or load them if the file exists "
                         "(for the same --steps/--captures): re-evaluates rows without retraining")
     args = p.parse_args(argv)
+    run = results_io.Run("vnmse", "vNMSE on real gradients (the DynamiQ paper's tables 3/4/6 in miniature)",
+                         script=__file__, argv=argv, out=args.out)
     key = (args.steps, sorted(set(args.captures)))
     if args.grads_cache and os.path.exists(args.grads_cache):
         cached = torch.load(args.grads_cache)
@@ -246,9 +251,7 @@ def main(argv=None) -> None:
                 cell += f" (wire {extra[(label, c)]:.3f} of raw)"
             cells.append(cell)
         table.append([label] + cells)
-    cmd = "python experiments/vnmse.py " + " ".join(sys.argv[1:] if argv is None else argv)
-    md = (f"Command: `{cmd}`\n\nMachine: {benchlib.machine_info()}\n\n"
-          f"vNMSE of the all-reduced sum of real TinyGPT gradients ({len(next(iter(grads.values()))[0])} coordinates), "
+    md = (f"vNMSE of the all-reduced sum of real TinyGPT gradients ({len(next(iter(grads.values()))[0])} coordinates), "
           f"averaged over capture steps {sorted(grads)}. dynamiq/bitsplit/lossless: the real codec and schedule "
           "(dynamiq.simulate); MX: torchao's OCP MX quantiser at every hop of the same schedule.\n\n"
           + benchlib.markdown_table(headers, table))
@@ -261,10 +264,10 @@ def main(argv=None) -> None:
     md += (f"\n\nPer capture step ({col0}):\n\n"
            + benchlib.markdown_table(["scheme"] + [f"step {st}" for st in steps], trend))
     print(md)
-    benchlib.save(args.out, {"command": cmd, "results": {f"{k[0]} | {k[1]}": v for k, v in results.items()},
-                             "per_step": {f"{k[0]} | {k[1]}": {str(st): v for st, v in d.items()}
-                                          for k, d in per_step.items()},
-                             "lossless_ratio": {f"{k[0]} | {k[1]}": v for k, v in extra.items()}}, md)
+    run.write("vnmse", md, data={"results": {f"{k[0]} | {k[1]}": v for k, v in results.items()},
+                                 "per_step": {f"{k[0]} | {k[1]}": {str(st): v for st, v in d.items()}
+                                              for k, d in per_step.items()},
+                                 "lossless_ratio": {f"{k[0]} | {k[1]}": v for k, v in extra.items()}})
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Fixed cost of a small Gloo all-reduce on this machine, against a 1 MB one.
 
-    python -m experiments.netbed --world 4 --rate 1gbit --tee 0 -- experiments/probe_latency.py
-    torchrun --nproc_per_node 2 experiments/probe_latency.py
+    python -m experiments.netbed --world 4 --rate 1gbit --tee 0 -- experiments/probes/probe_latency.py
+    torchrun --nproc_per_node 2 experiments/probes/probe_latency.py
 
 Per row, 12 timed all-reduces right after a barrier and 12 back to back: the
 median and the minimum in ms. Rows: 64 int64 values on the default group, the

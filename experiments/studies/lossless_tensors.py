@@ -1,8 +1,8 @@
 """Lossless mode on real gradients, per tensor: achieved bits per exponent
 next to the exponent entropy, float32 and bfloat16 (issue 5's report).
 
-    python experiments/lossless_tensors.py                  # ~1 min on 2 cores
-    python experiments/lossless_tensors.py --steps 100 --captures 0 100
+    python experiments/studies/lossless_tensors.py          # ~1 min on 2 cores
+    python experiments/studies/lossless_tensors.py --steps 100 --captures 0 100 --out experiments/out/lossless_tensors
 
 Gradients: the byte-level transformer LM of the other experiments
 (dynamiq.demo.TinyGPT, d=128, 4 layers) trained with AdamW on CPython's pydoc
@@ -14,6 +14,7 @@ gradient in DDP's order (reverse parameter order), as one bucket.
 Columns: ratio = wire bytes / raw bytes (headers, tables included); bits/exp =
 achieved bits per coded exponent; H = order-0 entropy of the tensor's
 exponents; Hb = mean per-block entropy (the bound for per-block tables).
+Writes experiments/results/lossless_tensors/ (`--out DIR` for a scratch run elsewhere).
 """
 
 from __future__ import annotations
@@ -26,8 +27,9 @@ import time
 import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-import benchlib  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))
+from experiments import results_io  # noqa: E402
+from experiments.bench import benchlib  # noqa: E402
 
 import dynamiq  # noqa: E402
 from dynamiq.demo import TinyGPT, corpus, get_batch, lm_loss  # noqa: E402
@@ -70,8 +72,11 @@ def main(argv=None) -> None:
     p.add_argument("--captures", type=int, nargs="+", default=[0, 100, 300])
     p.add_argument("--min-numel", type=int, default=4096, help="smaller tensors are left out of the per-tensor table")
     p.add_argument("--block-bytes", type=int, default=1 << 20)
-    p.add_argument("--out", default=os.path.join(HERE, "out", "lossless_tensors.json"))
+    p.add_argument("--out", default=None,
+                   help="study folder to write instead of experiments/results/lossless_tensors")
     args = p.parse_args(argv)
+    run = results_io.Run("lossless_tensors", "Lossless mode on real gradients, per tensor", script=__file__,
+                         argv=argv, out=args.out)
 
     grads = capture(args.steps, sorted(args.captures))
     headers = ["tensor", "numel", "fp32 ratio", "fp32 bits/exp", "fp32 H", "fp32 Hb",
@@ -90,14 +95,13 @@ def main(argv=None) -> None:
                     cells, rec = row(name, g.reshape(-1), args.block_bytes)
                     per_tensor.append(cells)
                     per_tensor_recs.append(dict(rec, step=step))
-    cmd = "python experiments/lossless_tensors.py " + " ".join(sys.argv[1:] if argv is None else argv)
-    md = (f"Command: `{cmd}`\n\nMachine: {benchlib.machine_info()}\n\n"
-          f"Whole gradient (one bucket, {whole_recs[0]['numel']} values) per capture step:\n\n"
+    md = (f"Whole gradient (one bucket, {whole_recs[0]['numel']} values) per capture step:\n\n"
           + benchlib.markdown_table(headers, whole)
           + f"\n\nPer tensor (>= {args.min_numel} values) at step {last}:\n\n"
           + benchlib.markdown_table(headers, per_tensor) + "\n")
     print(md)
-    benchlib.save(args.out, {"command": cmd, "whole": whole_recs, "per_tensor": per_tensor_recs}, md)
+    print("[lossless_tensors]", run.write("lossless_tensors", md,
+                                          data={"whole": whole_recs, "per_tensor": per_tensor_recs}))
 
 
 if __name__ == "__main__":

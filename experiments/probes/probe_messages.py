@@ -1,7 +1,7 @@
 """Where the time of one exact (mode none) all-reduce goes, by block size:
 2 local ranks on loopback, Gloo's own all-reduce and dynamiq's alternating.
 
-    python experiments/probe_messages.py --mb 16 --block-bytes 262144 1048576 4194304
+    python experiments/probes/probe_messages.py --mb 16 --block-bytes 262144 1048576 4194304
 
 Prints per iteration: Gloo's time, dynamiq's time and dynamiq's own split
 (t_wait: blocked on the network; t_post: inside the transport's isend/irecv,

@@ -1,8 +1,11 @@
 """Host memory per rank of DDP training with and without dynamiq's hook.
 
-    python experiments/bench_memory.py                      # 2 ranks, a 50M-parameter MLP, 25 MB buckets
-    python experiments/bench_memory.py --params-m 100 --bucket-mb 50
-    python experiments/bench_memory.py --pool-only        # only the buffer pool per mode, topology, world
+    python experiments/bench/bench_memory.py                # 2 ranks, a 50M-parameter MLP, 25 MB buckets
+    python experiments/bench/bench_memory.py --params-m 100 --bucket-mb 50
+    python experiments/bench/bench_memory.py --pool-only  # only the buffer pool per mode, topology, world
+
+Writes experiments/results/memory/ (with --pool-only: results/memory_pool/); `--out DIR` for a
+scratch run elsewhere.
 
 Each method runs in fresh rank processes (a process's peak RSS only grows):
 build the model and wrap it in DDP (RSS then = "after DDP"), train `--steps`
@@ -28,7 +31,6 @@ in device memory instead; not measured (no GPU here).
 from __future__ import annotations
 
 import argparse
-import json
 import multiprocessing as mp
 import os
 import sys
@@ -36,7 +38,8 @@ import tempfile
 from datetime import timedelta
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))
+from experiments import results_io  # noqa: E402
 
 METHODS = ["ddp", "fp16", "dynamiq:none", "dynamiq:dynamiq:5", "dynamiq:lossless", "dynamiq:bitsplit:4"]
 
@@ -169,7 +172,8 @@ def main(argv=None) -> None:
     p.add_argument("--steps", type=int, default=4)
     p.add_argument("--repeats", type=int, default=3, help="fresh runs per method; the median is reported")
     p.add_argument("--methods", nargs="+", default=METHODS)
-    p.add_argument("--out", default=os.path.join(HERE, "out", "bench_memory.json"))
+    p.add_argument("--out", default=None,
+                   help="study folder to write instead of experiments/results/memory (or memory_pool)")
     p.add_argument("--pool-table", action="store_true", help="also the pool after one all-reduce per case")
     p.add_argument("--pool-mb", type=float, default=96.0)
     p.add_argument("--pool-worlds", type=int, nargs="+", default=[2, 3, 4])
@@ -177,6 +181,9 @@ def main(argv=None) -> None:
     args = p.parse_args(argv)
     if args.pool_only:
         args.pool_table, args.methods = True, []
+    study = "memory_pool" if args.pool_only else "memory"
+    run = results_io.Run(study, "Buffer pool per mode, topology and world size" if args.pool_only
+                         else "Host memory per rank of DDP with each hook", script=__file__, argv=argv, out=args.out)
 
     runs = {m: [] for m in args.methods}
     total = len(args.methods) * args.repeats
@@ -219,11 +226,8 @@ def main(argv=None) -> None:
                 lines.append(f"| {world} | {m} | " + " | ".join(cells) + " |")
     md = "\n".join(lines)
     print(md)
-    os.makedirs(os.path.dirname(args.out), exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump({"args": vars(args), "rows": rows, "runs": runs, "pool_rows": pool_rows}, f, indent=1)
-    with open(os.path.splitext(args.out)[0] + ".md", "w") as f:
-        f.write(md + "\n")
+    path = run.write(study, md, data={"args": vars(args), "rows": rows, "runs": runs, "pool_rows": pool_rows})
+    print(f"[memory] {path}")
 
 
 if __name__ == "__main__":

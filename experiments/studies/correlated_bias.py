@@ -11,15 +11,22 @@ tests/python/test_modes_multiprocess.py::test_simulate_equals_real_run_dynamiq):
   * vNMSE = E||result - exact||^2 / ||exact||^2 and bias^2 = ||E[result] - exact||^2 / ||exact||^2,
     debiased for the finite number of calls (minus var / calls).
 
-    python experiments/correlated_bias.py [calls] > experiments/results/correlated_bias.md
+    python experiments/studies/correlated_bias.py [calls] [--out DIR]   # 2000 calls: ~1 h on 2 cores
+
+Writes experiments/results/correlated_bias/ (`--out DIR` for a scratch run elsewhere).
 """
 
+import argparse
+import os
 import sys
 import time
 
 import torch
 
-import dynamiq
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+from experiments import results_io  # noqa: E402
+
+import dynamiq  # noqa: E402
 
 
 def data(rank, numel=4096):
@@ -50,24 +57,35 @@ def measure(world, topology, rounding, bits, calls):
     return mse, bias2, se
 
 
-def main():
-    calls = int(sys.argv[1]) if len(sys.argv) > 1 else 400
-    print("# Correlated vs independent rounding: bias and error of the all-reduced sum")
-    print(f"# command: python experiments/correlated_bias.py {calls}")
-    print(f"# {calls} calls per row, Student-t 3 data with scale drift, 4096 elements per rank, "
-          "DynamiQ default widths; bias^2 and vNMSE relative to ||exact sum||^2\n")
-    print("| world | topology | bits | correlated vNMSE | its bias^2 (% of vNMSE) | bias^2 std. error "
-          "| independent vNMSE | its bias^2 | correlated / independent |")
-    print("|---|---|---|---|---|---|---|---|---|")
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("calls", type=int, nargs="?", default=400, help="calls per row")
+    p.add_argument("--out", default=None, help="study folder to write instead of experiments/results/correlated_bias")
+    args = p.parse_args(argv)
+    calls = args.calls
+    run = results_io.Run("correlated_bias", "Correlated vs independent rounding: bias and error of the all-reduced sum",
+                         script=__file__, argv=argv, out=args.out)
+    lines = [f"{calls} calls per row, Student-t 3 data with scale drift, 4096 elements per rank, "
+             "DynamiQ default widths; bias^2 and vNMSE relative to ||exact sum||^2.", "",
+             "| world | topology | bits | correlated vNMSE | its bias^2 (% of vNMSE) | bias^2 std. error "
+             "| independent vNMSE | its bias^2 | correlated / independent |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    print("\n".join(lines), flush=True)
+    recs = []
     for world in (2, 3, 4, 8):
         for topology in ("ring", "butterfly"):
             for bits in (4.0, 5.0):
                 t0 = time.time()
                 mc, bc, se = measure(world, topology, "correlated", bits, calls)
                 mi, bi, _ = measure(world, topology, "independent", bits, calls)
-                print(f"| {world} | {topology} | {bits:g} | {mc:.4e} | {bc:.2e} ({100 * bc / mc:.1f} %) "
-                      f"| {se:.1e} | {mi:.4e} | {bi:.1e} | {mc / mi:.3f} |", flush=True)
+                lines.append(f"| {world} | {topology} | {bits:g} | {mc:.4e} | {bc:.2e} ({100 * bc / mc:.1f} %) "
+                             f"| {se:.1e} | {mi:.4e} | {bi:.1e} | {mc / mi:.3f} |")
+                recs.append({"world": world, "topology": topology, "bits": bits, "correlated_vnmse": mc,
+                             "correlated_bias2": bc, "bias2_stderr": se, "independent_vnmse": mi,
+                             "independent_bias2": bi})
+                print(lines[-1], flush=True)
                 print(f"  (row took {time.time() - t0:.0f} s)", file=sys.stderr, flush=True)
+    print("[correlated_bias]", run.write("correlated_bias", "\n".join(lines), data={"calls": calls, "rows": recs}))
 
 
 if __name__ == "__main__":

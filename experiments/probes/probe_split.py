@@ -2,7 +2,7 @@
 run under the netbed launcher (or any env:// launcher).
 
     python -m experiments.netbed --world 4 --rate 1gbit --tee all -- \
-        experiments/probe_split.py 64 dynamiq:ring:5 none:ring
+        experiments/probes/probe_split.py 64 dynamiq:ring:5 none:ring
 
 Arguments: bucket MB, then methods as <mode>:<topology>[:<bits>]. Prints, for
 3 timed calls after one warm-up, the call's time and dynamiq's own split:
