@@ -214,7 +214,7 @@ def update_readme(path: str, title: str, header: str, part: str, section: str, r
     if notes:
         out += [notes, ""]
     with open(path, "w") as f:
-        f.write("\n".join(out) + "\n".join(s for _, s in parts))
+        f.write("\n".join(out) + "\n" + "\n".join(s for _, s in parts))
     return path
 
 
