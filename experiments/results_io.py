@@ -26,7 +26,7 @@ Used by the scripts in bench/ and studies/:
 and from the shell for programs that print text (the C++ benchmarks):
 
     python experiments/results_io.py kernels "CPU kernels against memcpy" --command "..." \\
-        --part kernels experiments/out/kernels.txt [--part lossless experiments/out/lossless_kernels.txt ...]
+        --part bench_kernels experiments/out/kernels.txt "build/bench/bench_kernels" [--part ...]
 
 Pass `--out experiments/out/<name>` to a script for a scratch run that leaves results/ alone.
 """
@@ -223,12 +223,16 @@ def main(argv=None) -> None:
     p.add_argument("study")
     p.add_argument("title")
     p.add_argument("--command", required=True, help="the command that produced the output")
-    p.add_argument("--part", nargs=2, action="append", metavar=("NAME", "FILE"), required=True,
-                   help="a part's name and the text file holding its output (repeatable)")
+    p.add_argument("--part", nargs="+", action="append", metavar="NAME FILE [COMMAND]", required=True,
+                   help="a part's name, the text file holding its output and, optionally, the command that "
+                        "printed it (default --command); repeatable")
     p.add_argument("--out", default=None, help="study folder (default experiments/results/<study>)")
     args = p.parse_args(argv)
-    run = Run(args.study, args.title, command=args.command, out=args.out)
-    for name, file in args.part:
+    if any(len(part) not in (2, 3) for part in args.part):
+        p.error("--part takes NAME FILE [COMMAND]")
+    os.environ.setdefault("DYNAMIQ_EXPERIMENT", args.command)
+    for name, file, *cmd in args.part:
+        run = Run(args.study, args.title, command=cmd[0] if cmd else args.command, out=args.out)
         text = open(file).read()
         path = run.write(name, "```\n" + text.rstrip() + "\n```", raw=file)
     print(f"[results] {path}")

@@ -32,10 +32,11 @@ case "$what" in
     build/bench/bench_lossless | tee experiments/out/lossless_kernels.txt
     build/bench/bench_bitsplit | tee experiments/out/bitsplit_kernels.txt
     $PY experiments/results_io.py kernels "CPU kernels against memcpy" --command "$DYNAMIQ_EXPERIMENT" \
-      --part bench_kernels experiments/out/kernels.txt \
+      --part bench_kernels experiments/out/kernels.txt "build/bench/bench_kernels${*:+ $*}" \
       --part bench_kernels_2threads experiments/out/kernels_2threads.txt \
-      --part bench_lossless experiments/out/lossless_kernels.txt \
-      --part bench_bitsplit experiments/out/bitsplit_kernels.txt ;;
+        "DYNAMIQ_CPU_THREADS=2 build/bench/bench_kernels 16777216 0.4 float32/mix5/" \
+      --part bench_lossless experiments/out/lossless_kernels.txt build/bench/bench_lossless \
+      --part bench_bitsplit experiments/out/bitsplit_kernels.txt build/bench/bench_bitsplit ;;
   allreduce)
     $PY experiments/bench/bench_allreduce.py --worlds 2 4 --sizes-mb 1 16 64 256 --repeats 5 \
       --methods gloo fp16 none:ring none:butterfly dynamiq:ring:3 dynamiq:ring:4 dynamiq:ring:5 dynamiq:ring:6 \
