@@ -2,8 +2,9 @@
 
     python -m experiments.netbed.measure [--out DIR] [--quick]
 
-Needs root, iperf3 and (for the all-reduce rows) torch in the interpreter that runs this. Writes
-DIR/measure.json and DIR/measure.md (default experiments/out/netbed). About 5 minutes (--quick: 1).
+Needs root, iperf3 and (for the all-reduce rows) torch in the interpreter that runs this. Writes the
+part "measure" of experiments/results/netbed/ (README.md section and measure.json; `--out DIR` for a
+scratch run elsewhere). About 5 minutes (--quick: 1).
 
 iperf3 rows: every flow runs 5 s; the figure is the receiver's goodput. Patterns: "1 flow" (rank 0 -> 1),
 "ring" (every rank k -> k+1 at once; with 2 ranks that is both directions). The goodput bound is
@@ -27,6 +28,7 @@ from pathlib import Path
 
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from experiments import results_io  # noqa: E402
 from experiments.netbed.launch import GOODPUT_MTU1500, Netbed, format_rate, parse_rate  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -166,11 +168,13 @@ def markdown(rows: list[dict]) -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", type=Path, default=Path(__file__).resolve().parents[1] / "out" / "netbed")
+    ap.add_argument("--out", default=None, help="study folder to write instead of experiments/results/netbed")
     ap.add_argument("--quick", action="store_true", help="fewer rows and iterations (a smoke run)")
     ap.add_argument("--only", choices=["iperf", "allreduce", "p2p"], help="one section only")
     ap.add_argument("--python", default=sys.executable, help="interpreter with torch for the all-reduce ranks")
     a = ap.parse_args()
+    run = results_io.Run("netbed", "netbed: what the emulated cluster delivers on this machine",
+                         command=" ".join(["python -m experiments.netbed.measure"] + sys.argv[1:]), out=a.out)
     rows: list[dict] = []
     secs = 2 if a.quick else 5
     rates = ["1gbit", "none"] if a.quick else RATES
@@ -193,13 +197,9 @@ def main() -> int:
     if a.only in (None, "p2p"):
         for world in (2, 4):
             note(p2p_row(world, "1gbit", 32 * 2**20, 3 if a.quick else 12, a.python))
-    a.out.mkdir(parents=True, exist_ok=True)
-    meta = {"cmd": " ".join(sys.argv), "host": os.uname().nodename, "kernel": os.uname().release,
-            "cpus": os.cpu_count(), "time": time.strftime("%Y-%m-%d %H:%M:%S")}
-    (a.out / "measure.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
-    (a.out / "measure.cmd").write_text(meta["cmd"] + "\n")
-    (a.out / "measure.md").write_text(markdown(rows))
+    meta = {"host": os.uname().nodename, "kernel": os.uname().release}
     print(markdown(rows))
+    print("[netbed]", run.write("measure", markdown(rows), data={"meta": meta, "rows": rows}))
     return 0
 
 

@@ -216,7 +216,7 @@ def test_correlated_rounding_bias_is_small_and_error_lower():
 
 def test_lossy_modes_on_tied_and_tiny_data_through_simulate():
     """End-to-end guards of two fixes (the C++ tests assert the properties in detail;
-    `python experiments/lossy_limits.py` prints the numbers)."""
+    `python experiments/studies/lossy_limits.py` prints the numbers)."""
     g = torch.Generator().manual_seed(0)
     pat = torch.randn(256, generator=g)
     # A pattern tiled 64 times: every super-group has the same statistics. The

@@ -9,7 +9,7 @@ the GPU driver, against the CPU path as the oracle:
   CPU path (`dynamiq.simulate` with the same call index: same Philox
   streams), with the communicators made lazily and eagerly (the two ways
   ProcessGroupNCCL orders point-to-point operations; see
-  experiments/results/nccl_order.md);
+  experiments/results/nccl_order/README.md);
 - an inf on one rank reaches every rank's result (the exact path);
 - the DDP hook on a CUDA model: every rank ends each step with bit-identical
   parameters, close to what exact averaging gives.

@@ -2,7 +2,7 @@
 
 NCCL matches point-to-point operations in posting order (no tags), so for it
 the executor posts receives in program order and each step's send and receive
-as one group (experiments/results/nccl_order.md). A CUDA bucket always takes
+as one group (experiments/results/nccl_order/README.md). A CUDA bucket always takes
 that path; DYNAMIQ_ORDERED_POSTING=1 forces it on CPU buckets over Gloo, which
 is how its path through C10dTransport runs here (no GPU). Every mode and
 topology must give bit-identical results and byte counts to the default
