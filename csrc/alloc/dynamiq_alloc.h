@@ -1,7 +1,7 @@
 // DynamiQ bit allocation (paper section 3.2 and appendix A): a width per
 // super-group (SG) from the all-reduced per-SG sums of squares F_j, under a
 // budget of `bits` per coordinate that includes every byte the wire carries
-// (codes, group scales, SG scale; csrc/kernels/dynamiq_format.h).
+// (codes, group scales, SG scale; csrc/kernels/dynamiq/dynamiq_format.h).
 //
 // Both solvers use the same one-parameter family of threshold rules. For
 // consecutive allowed widths a < b the threshold is

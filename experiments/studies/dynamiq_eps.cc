@@ -7,11 +7,10 @@
 //         x_r and recompress (the fused kernel), the last message is the
 //         result; vNMSE against the exact sum x0+..+x3. Correlated rounding,
 //         world 4.
-// Prints markdown tables (experiments/results/dynamiq_eps.md).
+// Prints markdown tables (experiments/results/dynamiq_eps/).
 //
-// Build and run (after building build/cpp):
-//   g++ -O3 -march=x86-64-v3 -std=c++20 -ffp-contract=off -Icsrc experiments/dynamiq_eps.cc \
-//       build/cpp/libdynamiq_kernels.a -o build/cpp/dynamiq_eps && build/cpp/dynamiq_eps
+// Build and run (a benchmark target: cmake -DDYNAMIQ_BUILD_BENCHMARKS=ON):
+//   ninja -C build/cpp dynamiq_eps && build/cpp/dynamiq_eps
 #include <cmath>
 #include <cstdio>
 #include <random>

@@ -19,7 +19,7 @@ MalformedMessage = _C.MalformedMessage
 
 SUPPORTED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
-# Input error codes shared with the C++ driver (csrc/hook/collective.h InputError).
+# Input error codes shared with the C++ driver (csrc/hook/collective/collective.h InputError).
 _ERR_DTYPE, _ERR_LAYOUT, _ERR_DEVICE = 1, 2, 3
 
 # Direct all_reduce calls number their collectives per group in the upper half

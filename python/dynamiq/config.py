@@ -16,7 +16,7 @@ _BITSPLIT_ROUNDING = ("stochastic", "nearest")
 
 
 def _sg_bits(width: int, S: int, s: int, hierarchical: bool) -> float:
-    """Wire bits per coordinate of a super-group (csrc/kernels/dynamiq_format.h)."""
+    """Wire bits per coordinate of a super-group (csrc/kernels/dynamiq/dynamiq_format.h)."""
     if width == 16:
         return 16.0
     scale_bytes = (2 + S // s) if hierarchical else 2 * (S // s)

@@ -1,5 +1,5 @@
 // Test-side references for the bit-split codec, written from the documented
-// wire layout (csrc/kernels/bitsplit_format.h header comment) and the paper's
+// wire layout (csrc/kernels/bitsplit/bitsplit_format.h header comment) and the paper's
 // table 4, not from the codec: a message parser and the byte accounting.
 #pragma once
 

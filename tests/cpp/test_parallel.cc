@@ -1,4 +1,4 @@
-// Splitting codec calls over CPU threads (csrc/kernels/parallel.h): the
+// Splitting codec calls over CPU threads (csrc/kernels/base/parallel.h): the
 // runs cover every unit once, a slow thread takes fewer runs, exceptions come
 // back to the caller, the
 // setting is validated, concurrent callers do not deadlock, and every DynamiQ,

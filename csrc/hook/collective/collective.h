@@ -114,7 +114,7 @@ void all_reduce_exact_f32(Transport& tr, Topology topo, float* data, int64_t cou
 // the number of rounds sets their cost: 2(n-1) on a ring, 2 on two-step with
 // NCCL's posting, tests/cpp/test_rounds.cc; over Gloo on 4 ranks, 1 MB buckets,
 // two-step was also a little faster and a butterfly a little slower than the
-// ring: experiments/results/nccl_order.md), else the data topology.
+// ring: experiments/results/nccl_order/), else the data topology.
 Topology metadata_topology(Topology data_topology, int world);
 
 }  // namespace dynamiq

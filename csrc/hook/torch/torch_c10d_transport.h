@@ -6,7 +6,7 @@
 // On CUDA buffers (NCCL) every operation is posted inside
 // startCoalescing/endCoalescing (the executor's groups, or a group of its own),
 // so that every torch version and group set-up runs a rank's operations on one
-// stream in posting order (experiments/results/nccl_order.md, model 2), and
+// stream in posting order (experiments/results/nccl_order/, model 2), and
 // posts_in_order() is true: the executor then posts each step's send and
 // receive as one group. A request made inside a group completes with the
 // group's Work. Status: the CUDA side compiles in CI and has never run (no GPU).

@@ -54,7 +54,7 @@
 namespace dynamiq {
 
 // Default eps per width (1, 2, 4, 8), chosen by experiments/dynamiq_eps.cc
-// (experiments/results/dynamiq_eps.md). Widths 1 and 2 have no interior levels.
+// (experiments/results/dynamiq_eps/). Widths 1 and 2 have no interior levels.
 constexpr std::array<float, 4> kDynamiqDefaultEps{{0.0f, 0.0f, 0.30f, 0.06f}};
 
 struct DynamiqParams {

@@ -1,5 +1,5 @@
 // A CPU stand-in for the part of the CUDA runtime and execution model that
-// dynamiq's kernels use, so that the CUDA sources (csrc/kernels/cuda/*.cu) and
+// dynamiq's kernels use, so that the CUDA sources (csrc/kernels/*/cuda/*.cu) and
 // their GPU tests (tests/cpp/cuda_*.cu) compile with the host compiler and RUN
 // on a machine without a GPU. It is found instead of the real <cuda_runtime.h>
 // only by the dynamiq_cuda_emu_tests target (its include directory comes first).
