@@ -7,6 +7,7 @@ framework's checkpoints (Lightning: restored on resume; Accelerate: a reloaded s
 half repeats the first bit for bit). Versions: docs/integrations.md.
 """
 
+import importlib.util
 import json
 import os
 import signal
@@ -63,3 +64,41 @@ def test_lightning_ddp_strategy_with_hook_state_and_comm_hook(tmp_path):
         assert rb["state"]["config"] == ra["state"]["config"] and rb["state"]["config"]["bits"] == 5.0
         assert rb["state"]["step"] == 5 and rb["state"]["seq"] == ra["state"]["seq"] + 2, (ra["state"], rb["state"])
     assert b[0]["weights_sha256"] == b[1]["weights_sha256"], "replicas diverged after resuming"
+
+
+def test_accelerate_launch_with_prepared_model(tmp_path):
+    out = _launch([BIN / "accelerate", "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
+                   "--mixed_precision", "no", "--dynamo_backend", "no", "examples/accelerate_ddp.py", "--cpu",
+                   "--steps", "4", "--print-every", "1", "--check-resume", "--out", tmp_path])
+    res = _ranks(tmp_path)
+    for r in res:
+        # 4 steps, then steps 3-4 again after load_state: 6 buckets through the hook
+        assert r["world"] == 2 and r["world_size"] == 2 and r["totals"]["paths"] == {"compressed": 6}, r
+        assert r["reloaded_step"] == 2 and r["state"]["step"] == 4, r
+        # the second pass after load_state repeats the first bit for bit: the hook's random
+        # stream and allocator state were restored (not restored: other rounding, other weights)
+        assert r["sha256"] == r["first_pass"]["sha256"] and r["state"] == r["first_pass"]["state"], r
+    assert res[0]["sha256"] == res[1]["sha256"], "replicas diverged"
+    assert "bit for bit the same weights" in out and "dynamiq step 4: " in out, out[-3000:]
+
+
+def test_torchrun_example_with_tensorboard_scalars(tmp_path):
+    tb = tmp_path / "tb"
+    out = _launch([BIN / "torchrun", "--standalone", "--nproc_per_node", "2", "examples/torchrun_ddp.py",
+                   "--steps", "3", "--print-every", "1", "--tensorboard", tb, "--out", tmp_path / "out"])
+    res = _ranks(tmp_path / "out")
+    for r in res:
+        assert r["state"]["step"] == 3 and r["totals"]["paths"] == {"compressed": 3} and r["world_size"] == 2, r
+    assert res[0]["sha256"] == res[1]["sha256"], "replicas diverged"
+    assert "dynamiq step 3: " in out, out[-3000:]
+    if importlib.util.find_spec("tensorboard") is None:  # the example trains on without it
+        assert not res[0]["tensorboard"] and "tensorboard is not installed" in out
+        return
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    ea = EventAccumulator(str(tb))
+    ea.Reload()
+    sent = ea.Scalars("dynamiq/bytes_sent")
+    assert [e.step for e in sent] == [1, 2, 3], sent
+    # every step's bytes reached TensorBoard: they add up to rank 0's running total
+    assert sum(e.value for e in sent) == res[0]["totals"]["bytes_sent"]
+    assert {"dynamiq/saved_fraction", "dynamiq/t_wire_ms", "dynamiq/paths/compressed"} <= set(ea.Tags()["scalars"])
