@@ -3,7 +3,6 @@ with a state made before init_process_group; it trains bit for bit as `dynamiq.r
 resumes from a state loaded before it is bound, refuses a state of another model or
 another group, and `summary()` / `scalars()` report what the step sent."""
 
-import copy
 import pickle
 
 import pytest
