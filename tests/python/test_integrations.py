@@ -11,6 +11,7 @@ import importlib.util
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -35,6 +36,12 @@ def _launch(cmd, timeout=240):
         pytest.fail(f"{cmd[:3]} did not finish within {timeout} s:\n{out[-4000:]}")
     assert p.returncode == 0, f"exit {p.returncode}:\n{out[-6000:]}"
     return out
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def _ranks(folder, world=2):
@@ -68,7 +75,9 @@ def test_lightning_ddp_strategy_with_hook_state_and_comm_hook(tmp_path):
 
 def test_accelerate_launch_with_prepared_model(tmp_path):
     out = _launch([BIN / "accelerate", "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
-                   "--mixed_precision", "no", "--dynamo_backend", "no", "examples/accelerate_ddp.py", "--cpu",
+                   "--mixed_precision", "no", "--dynamo_backend", "no",
+                   "--main_process_port", _free_port(),  # (its default, 29500, may be taken on a shared host)
+                   "examples/accelerate_ddp.py", "--cpu",
                    "--steps", "4", "--print-every", "1", "--check-resume", "--out", tmp_path])
     res = _ranks(tmp_path)
     for r in res:
