@@ -2,7 +2,8 @@
 # Idempotent set-up on a fresh Debian machine (and fast when already done):
 #   system packages (GoogleTest, iproute2) -> .venv -> Python packages
 #   (torch 2.14.1 from the local wheel, pybind11, scikit-build-core, cmake,
-#   ninja, pytest, numpy, tqdm, matplotlib) -> build and install dynamiq
+#   ninja, pytest, numpy, tqdm, matplotlib; lightning, accelerate and tensorboard at
+#   the versions the integration tests ran with) -> build and install dynamiq
 #   (editable, incremental build directory under build/).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -54,6 +55,24 @@ then
   log "installing Python packages into .venv"
   $VPY -m pip install --disable-pip-version-check -q "torch==2.14.1" pybind11 scikit-build-core cmake ninja \
     pytest numpy tqdm matplotlib
+fi
+
+# Trainer integrations (tests/python/test_integrations.py, examples/, docs/integrations.md): the
+# versions tested. They require torch>=2.x and leave the local torch 2.14.1 in place (pip's
+# constraint file caps torch at the local wheel; the check below fails otherwise).
+INTEGRATIONS=("lightning==2.6.6" "accelerate==1.15.0" "tensorboard==2.21.0")
+if ! $VPY - "${INTEGRATIONS[@]}" <<'EOF' >/dev/null 2>&1
+import sys
+from importlib.metadata import version
+assert version("torch").split("+")[0] == "2.14.1", version("torch")
+for req in sys.argv[1:]:
+    name, want = req.split("==")
+    assert version(name) == want, (name, version(name), want)
+EOF
+then
+  log "installing ${INTEGRATIONS[*]} into .venv"
+  $VPY -m pip install --disable-pip-version-check -q "torch==2.14.1" "${INTEGRATIONS[@]}"
+  $VPY -c 'import torch; v = torch.__version__.split("+")[0]; assert v == "2.14.1", f"an integration replaced torch 2.14.1 with {v}"'
 fi
 
 # ---- 4. build and install dynamiq ---------------------------------------------------------

@@ -1,7 +1,10 @@
 """dynamiq: compressed gradient all-reduce for PyTorch DistributedDataParallel.
 
     import dynamiq
-    state = dynamiq.register(ddp_model, dynamiq.Config(mode="dynamiq", bits=5.0, topology="ring"))
+    state = dynamiq.HookState(dynamiq.Config(mode="dynamiq", bits=5.0, topology="ring"))
+    ddp_model.register_comm_hook(state, dynamiq.comm_hook)   # torch's convention
+    # or, in one call: state = dynamiq.register(ddp_model, config)
+    print(state.summary())                                    # after each step
 
 See README.md for modes, topologies and what has run on which hardware.
 """
@@ -11,7 +14,7 @@ import torch  # noqa: F401  (loads libtorch before the extension)
 from . import _C
 from .api import (DynamiqError, MalformedMessage, TransportError, all_reduce, lossless_stats, simulate)
 from .config import Config, ConfigError
-from .hook import HookState, register
+from .hook import HookState, comm_hook, register
 
 __version__ = "0.1.0"
 
@@ -57,6 +60,7 @@ def set_cpu_threads(n: int) -> int:
 
 __all__ = [
     "Config", "ConfigError", "DynamiqError", "HookState", "MalformedMessage", "TransportError",
-    "all_reduce", "available_modes", "built_with_cuda", "cpu_isa", "cpu_threads", "lossless_stats", "register",
+    "all_reduce", "available_modes", "built_with_cuda", "comm_hook", "cpu_isa", "cpu_threads", "lossless_stats",
+    "register",
     "set_cpu_threads", "simulate",
 ]

@@ -119,7 +119,7 @@ def _switch(rank, world):
         opt.step()
         paths.append({s["path"] for s in state.last_step_stats})
     sd = state.state_dict()
-    fresh = dynamiq.hook.HookState(dynamiq.Config(), dist.group.WORLD, state.group_name)
+    fresh = dynamiq.HookState()
     fresh.load_state_dict(sd)
     assert fresh.seq == state.seq and fresh.step == state.step and fresh.config == state.config
     return paths

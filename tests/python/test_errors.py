@@ -205,7 +205,7 @@ def test_not_initialized():
     ("mpi", {"cpu"}),
 ])
 def test_group_device_types_from_backend_string(backend, devices):
-    from dynamiq.api import _devices_of
+    from dynamiq._groups import _devices_of
     assert _devices_of(backend) == frozenset(devices)
 
 
