@@ -10,6 +10,13 @@
 
 #include "kernels/base/common.h"
 
+// In CUDA code the words come from curand's own Philox4x32-10 (the build defines
+// DYNAMIQ_CURAND_DEVICE where it found curand's headers); the host code below is the same
+// function, which tests/cpp/curand/test_philox_curand.cc checks against curand's.
+#if defined(DYNAMIQ_CURAND_DEVICE) && defined(__CUDACC__)
+#include <curand_philox4x32_x.h>
+#endif
+
 namespace dynamiq {
 
 struct Philox4x32 {
@@ -31,6 +38,10 @@ DQ_HD void mulhilo(uint32_t a, uint32_t b, uint32_t& hi, uint32_t& lo) {
 
 DQ_HD Philox4x32 philox4x32_10(uint32_t c0, uint32_t c1, uint32_t c2, uint32_t c3, uint32_t k0,
                                uint32_t k1) {
+#if defined(DYNAMIQ_CURAND_DEVICE) && defined(__CUDA_ARCH__)
+  const uint4 w = curand_Philox4x32_10(make_uint4(c0, c1, c2, c3), make_uint2(k0, k1));
+  return Philox4x32{{w.x, w.y, w.z, w.w}};
+#else
   using namespace philox_detail;
 #if defined(__CUDA_ARCH__)
 #pragma unroll
@@ -51,6 +62,7 @@ DQ_HD Philox4x32 philox4x32_10(uint32_t c0, uint32_t c1, uint32_t c2, uint32_t c
     k1 += kW1;
   }
   return Philox4x32{{c0, c1, c2, c3}};
+#endif
 }
 
 // A 32-bit word to a uniform float in [0, 1): the top 24 bits, exactly
