@@ -391,6 +391,15 @@ def _reduce(values: List[float], op, device) -> List[float]:
     return t.tolist()
 
 
+def _sq_dist(out, ref, chunk: int = 1 << 20) -> float:
+    """|out - ref|^2 in float64, a chunk at a time (no full-size float64 temporaries)."""
+    o, r = out.reshape(-1), ref.reshape(-1)
+    total = 0.0
+    for i in range(0, o.numel(), chunk):
+        total += float((o[i:i + chunk].double() - r[i:i + chunk]).square().sum().item())
+    return total
+
+
 def _checksum(t) -> float:
     """A position-weighted sum of the result's bits: equal on ranks that hold identical results."""
     import torch
@@ -420,7 +429,7 @@ def measure(coll: Collective, row: Row, x0, ref, run: Callable, args, device) ->
         stats = run(inp, out)
         _sync(device)
         dt = time.perf_counter() - t0
-        err = float((out.double() - ref).square().sum().item())
+        err = _sq_dist(out, ref)
         errs.append(err / ref_norm if ref_norm > 0 else (0.0 if err == 0 else math.inf))
         times.append(dt)
         if stats:
@@ -462,8 +471,8 @@ def table_header(args, world: int, backend: str, device) -> str:
         f"# warm-up {args.warmup}, timed {args.iters} iterations per row; time = median over iterations of the "
         "slowest rank; algbw = size / time",
         "# busbw = algbw * 2(n-1)/n (all-reduce); speedup = the backend's time / this row's time at the same size",
-        "# wire/rank = bytes one rank sent per call (data + metadata, max over ranks; '-' for the backend: not "
-        "measured); wire/raw = wire/rank / the bytes an uncompressed ring sends, 2(n-1)/n * size",
+        "# wire/rank = bytes one rank sent per call (data + metadata, max over ranks; not measured for the backend)",
+        "# wire/raw = wire/rank / the bytes an uncompressed ring sends, 2(n-1)/n * size",
         "# vNMSE = |result - exact|^2 / |exact|^2 against the float64 sum, on gradient-like data "
         f"(seed {args.seed}); 0 for exact rows",
         "#",
