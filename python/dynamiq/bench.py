@@ -598,8 +598,8 @@ def run_rank(args: argparse.Namespace, argv: Sequence[str]) -> int:
             for label, spec, topo in cases:
                 row = Row(cname, size, count, args.dtype, spec.mode if spec else label,
                           spec.bits if spec else None, topo, world)
-                if spec is not None and spec.bits is None and spec.mode == "bitsplit":
-                    row.bits = 4.0
+                if spec is not None and spec.mode not in EXACT_MODES:
+                    row.bits = float(make_config(spec, topo, args).bits)  # (the default, if not given)
                 if group_broken:
                     row.error = "not run: an earlier row broke the process group"
                 else:

@@ -28,8 +28,8 @@ def test_mismatch_names_both_versions():
 
 def _import_with_torch_version(fake, env_extra=None):
     code = f"import torch; torch.__version__ = {fake!r}; import dynamiq; print('imported', dynamiq.available_modes())"
-    env = dict(os.environ, **(env_extra or {}))
-    env.pop("DYNAMIQ_SKIP_TORCH_CHECK", None) if not env_extra else None
+    env = {k: v for k, v in os.environ.items() if k != "DYNAMIQ_SKIP_TORCH_CHECK"}
+    env.update(env_extra or {})
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
 
 
