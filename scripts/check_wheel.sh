@@ -11,6 +11,7 @@
 #   and the distributions they require, are made visible from .venv through a .pth file naming a
 #   directory of links to exactly those distributions: a real install of the torch 2.14.1 wheel
 #   (CUDA build, with its nvidia-* libraries) copies about 5 GB.
+# KEEP_WORK=1 keeps the temporary directory (wheel, venv, logs) for a look afterwards.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SRC=$PWD
