@@ -6,11 +6,11 @@
 #
 # - The wheel reuses the build directory of the editable install (pyproject.toml: build-dir =
 #   "build/{wheel_tag}"), so it links what setup.sh compiled instead of compiling a second time.
-# - The fresh venv (made without pip) gets only the dynamiq wheel in its own site-packages, installed
-#   by .venv's pip (--python) with --no-index (its torch and numpy requirement must be met by what is there). torch and numpy,
-#   and the distributions they require, are made visible from .venv through a .pth file naming a
-#   directory of links to exactly those distributions: a real install of the torch 2.14.1 wheel
-#   (CUDA build, with its nvidia-* libraries) copies about 5 GB.
+# - The fresh venv (made without pip) gets only the dynamiq wheel in its own site-packages,
+#   installed by .venv's pip (--python) with --no-index: its torch and numpy requirement must be
+#   met by what is there. torch, numpy and the distributions they require are made visible from
+#   .venv through a .pth file naming a directory of links to exactly those distributions: a real
+#   install of the torch 2.14.1 wheel (CUDA build, with its nvidia-* libraries) copies about 5 GB.
 # KEEP_WORK=1 keeps the temporary directory (wheel, venv, logs) for a look afterwards.
 set -euo pipefail
 cd "$(dirname "$0")/.."
