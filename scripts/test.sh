@@ -65,6 +65,10 @@ build/asan/dynamiq_tests --gtest_brief=1 --gtest_filter='-FloatBitsSweep.*:Cuda*
 echo "-- the CUDA emulation under ASan (reversed order):"
 bg_finish build/asan-emu-tests.log
 
+# ~45 s on the 2-core guest: the wheel links what setup.sh compiled (same build directory)
+stage "Wheel: pip wheel --no-build-isolation, a fresh venv with only torch and numpy, a 2-rank job outside the tree"
+bash scripts/check_wheel.sh
+
 stage "Python (pytest, multi-process Gloo on loopback)"
 .venv/bin/python -m pytest tests/python -q --durations=8 "$@"
 stage "all tests passed"

@@ -11,7 +11,10 @@ See README.md for modes, topologies and what has run on which hardware.
 
 import torch  # noqa: F401  (loads libtorch before the extension)
 
-from . import _C
+from ._torch_check import TorchVersionMismatch, check_torch_version
+
+check_torch_version()  # before the extension: another torch than the build's is named, not a symbol error
+from . import _C  # noqa: E402
 from .api import (DynamiqError, MalformedMessage, TransportError, all_reduce, lossless_stats, simulate)
 from .config import Config, ConfigError
 from .hook import HookState, comm_hook, register
@@ -59,7 +62,7 @@ def set_cpu_threads(n: int) -> int:
 
 
 __all__ = [
-    "Config", "ConfigError", "DynamiqError", "HookState", "MalformedMessage", "TransportError",
+    "Config", "ConfigError", "DynamiqError", "HookState", "MalformedMessage", "TorchVersionMismatch", "TransportError",
     "all_reduce", "available_modes", "built_with_cuda", "comm_hook", "cpu_isa", "cpu_threads", "lossless_stats",
     "register",
     "set_cpu_threads", "simulate",
