@@ -26,10 +26,13 @@ bg_finish() {
 }
 
 stage "C++ (GoogleTest, torch-free; CUDA kernels compiled when nvcc is found, GPU tests skip without a GPU)"
+# where nvcc is present, curand's headers must be found too (the device code's Philox and the
+# CPU test that checks philox.h against it)
+REQUIRE_CURAND=OFF; command -v nvcc >/dev/null 2>&1 && REQUIRE_CURAND=ON
 cmake -S . -B build/cpp -G Ninja -DDYNAMIQ_BUILD_PYTHON=OFF -DDYNAMIQ_BUILD_TESTS=ON \
-  -DDYNAMIQ_BUILD_BENCHMARKS=ON -DDYNAMIQ_CUDA=AUTO >build/cpp-configure.log 2>&1 \
+  -DDYNAMIQ_BUILD_BENCHMARKS=ON -DDYNAMIQ_CUDA=AUTO -DDYNAMIQ_REQUIRE_CURAND=$REQUIRE_CURAND >build/cpp-configure.log 2>&1 \
   || { cat build/cpp-configure.log; exit 1; }
-grep "dynamiq: CUDA kernels" build/cpp-configure.log || true  # ON: nvcc compiles the CUDA code in this run
+grep "dynamiq: CUDA\|dynamiq: curand" build/cpp-configure.log || true  # ON: nvcc compiles the CUDA code in this run
 ninja -C build/cpp -j "$JOBS" >build/cpp-build.log 2>&1 || { tail -60 build/cpp-build.log; exit 1; }
 stage "C++ tests, then again with codec calls split over 2 threads (DYNAMIQ_CPU_THREADS=2; results must not change);
    beside them: the CUDA kernels and GPU tests on the CPU emulation of CUDA (threads of a block in index order)"
@@ -71,4 +74,11 @@ bash scripts/check_wheel.sh
 
 stage "Python (pytest, multi-process Gloo on loopback)"
 .venv/bin/python -m pytest tests/python -q --durations=8 "$@"
+
+# The GPU command (scripts/gpu_check.sh) without a GPU, so it is known to work before GPU time is
+# spent on it: its stages on the builds above, a few tests each (all of them ran above).
+stage "GPU check, dry run (scripts/gpu_check.sh --dry-run)"
+GPU_CHECK_BUILD_DIR=build/cpp GPU_CHECK_PYTHON=.venv/bin/python GPU_CHECK_EMU_FILTER='CudaDynamiq.*' \
+  GPU_CHECK_CPU_FILTER='WireGolden.*:PhiloxCurand.*' OUT=build/gpu_check_dry bash scripts/gpu_check.sh --dry-run \
+  | tail -12
 stage "all tests passed"

@@ -27,9 +27,9 @@ MODES = ("none", "dynamiq", "lossless", "bitsplit")
 TOPOLOGIES = ("ring", "butterfly", "twostep")
 DTYPES = (torch.float32, torch.bfloat16)
 
-pytestmark = pytest.mark.skipif(
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(
     not (dynamiq._C.built_with_cuda() and torch.cuda.is_available() and torch.cuda.device_count() >= WORLD),
-    reason=f"needs a CUDA build of dynamiq and {WORLD} GPUs")
+    reason=f"needs a CUDA build of dynamiq and {WORLD} GPUs")]
 
 
 def _input(rank, dtype, k):
