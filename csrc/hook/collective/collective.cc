@@ -1,13 +1,12 @@
 #include "hook/collective/collective.h"
 
 #include <chrono>
-#include <cstring>
 #include <exception>
-#include <sstream>
 #include <vector>
 
 #include "kernels/identity/identity_codec.h"
 #include "hook/collective/executor.h"
+#include "hook/collective/header_exchange.h"
 
 namespace dynamiq {
 namespace {
@@ -15,94 +14,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double secs(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
-}
-
-const char* input_error_name(int e) {
-  switch (InputError(e)) {
-    case InputError::kDType: return "unsupported dtype";
-    case InputError::kLayout: return "unsupported layout (sparse or non-contiguous)";
-    case InputError::kDevice: return "tensor on an unsupported device";
-    case InputError::kOther: return "invalid input";
-    case InputError::kConfig: return "an invalid config";
-    case InputError::kLocalPass: return "a failure in its local pass (statistics of the bucket)";
-    default: return "?";
-  }
-}
-
-// Header: [count, nonfinite, errors[kNumInputErrors], then per field and per
-// 16-bit piece the pair (v, v*v)]. Ranks agree on a field iff for every piece
-// n * sum(v^2) == (sum v)^2 (equality in Cauchy-Schwarz). Integer sums are
-// exact, so every rank evaluates the same verdict.
-struct Field {
-  const char* name;
-  uint64_t value;
-};
-constexpr int kPieces = 4;
-constexpr size_t kHeaderFixed = 2 + kNumInputErrors;
-
-struct Header {
-  int64_t nonfinite = 0;
-  std::string error;  // non-empty: every rank raises this
-};
-
-// `local_error`: this rank's input report; `config_error`: make_scheme
-// rejected this rank's config (reported as InputError::kConfig, also next to
-// an input error); `pass_error`: its local pass threw (InputError::kLocalPass).
-Header exchange_header(Transport& tr, const std::vector<Field>& fields, bool nonfinite,
-                       InputError local_error, bool config_error, bool pass_error) {
-  const int n = tr.size();
-  std::vector<int64_t> h(kHeaderFixed + fields.size() * kPieces * 2, 0);
-  h[0] = 1;
-  h[1] = nonfinite ? 1 : 0;
-  if (local_error != InputError::kNone) {
-    // a code this build does not know (from the caller) still aborts every rank
-    const int e = int(local_error);
-    h[2 + size_t(e > 0 && e < kNumInputErrors ? e : int(InputError::kOther))] = 1;
-  }
-  if (config_error) h[2 + size_t(InputError::kConfig)] = 1;
-  if (pass_error) h[2 + size_t(InputError::kLocalPass)] = 1;
-  for (size_t f = 0; f < fields.size(); ++f)
-    for (int p = 0; p < kPieces; ++p) {
-      int64_t v = int64_t((fields[f].value >> (16 * p)) & 0xffffu);
-      h[kHeaderFixed + (f * kPieces + size_t(p)) * 2] = v;
-      h[kHeaderFixed + (f * kPieces + size_t(p)) * 2 + 1] = v * v;
-    }
-  tr.allreduce_sum_i64(h.data(), h.size());
-
-  Header out;
-  out.nonfinite = h[1];
-  if (h[0] != n) {
-    out.error = "header exchange counted " + std::to_string(h[0]) + " ranks, expected " +
-                std::to_string(n);
-    return out;
-  }
-  std::ostringstream errs;
-  for (int e = 1; e < kNumInputErrors; ++e)
-    if (h[2 + size_t(e)] > 0)
-      errs << (errs.tellp() > 0 ? "; " : "") << h[2 + size_t(e)] << " rank(s) reported "
-           << input_error_name(e);
-  if (errs.tellp() > 0) {
-    out.error = "dynamiq all-reduce aborted on every rank: " + errs.str() +
-                " (the offending rank raises the detailed error)";
-    return out;
-  }
-  std::ostringstream bad;
-  for (size_t f = 0; f < fields.size(); ++f) {
-    bool same = true;
-    for (int p = 0; p < kPieces; ++p) {
-      const int64_t s = h[kHeaderFixed + (f * kPieces + size_t(p)) * 2];
-      const int64_t q = h[kHeaderFixed + (f * kPieces + size_t(p)) * 2 + 1];
-      // s <= n * 65535 < 2^31 for n < 2^15, so s*s fits; q*n fits likewise.
-      if (int64_t(n) * q != s * s) same = false;
-    }
-    if (!same) bad << (bad.tellp() > 0 ? ", " : "") << fields[f].name;
-  }
-  if (bad.tellp() > 0)
-    out.error = "ranks disagree on " + bad.str() +
-                ": every rank must pass the same Config (mode, topology, bits, seed, ...) and "
-                "issue the same collectives in the same order with tensors of the same dtype and "
-                "size";
-  return out;
 }
 
 ExecStats run_exact(Transport& tr, Topology topo, void* data, DType dtype, int64_t numel,
@@ -164,23 +75,6 @@ Topology metadata_topology(Topology data_topology, int world) {
 }
 
 namespace {
-
-uint64_t mix64(uint64_t x) {
-  x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ull;
-  x ^= x >> 27;
-  x *= 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
-// 0 for no state (the first step, modes without one); else a hash of u and step.
-uint64_t plan_state_fingerprint(const PlanState* ps) {
-  if (ps == nullptr || !ps->has_u) return 0;
-  uint64_t u = 0, step = 0;
-  std::memcpy(&u, &ps->u, sizeof u);
-  std::memcpy(&step, &ps->step, sizeof step);
-  return mix64(mix64(u) ^ step) | 1u;
-}
 
 // The path a bucket takes as far as the config and numel decide it (both in
 // the header fingerprint, so every rank agrees): kCompressed may still become
@@ -270,21 +164,8 @@ CallStats all_reduce_one(Transport& tr, const CollectiveConfig& cfg, const CallA
 
   // 2. header
   t0 = Clock::now();
-  const std::vector<Field> fields = {
-      {"mode", uint64_t(cfg.mode)},
-      {"topology", uint64_t(cfg.topology)},
-      {"reduce op", uint64_t(a.op)},
-      {"dtype", uint64_t(a.dtype)},
-      {"numel", uint64_t(a.numel)},
-      {"collective sequence number", a.seq},
-      {"slice of the bucket", uint64_t(slice)},
-      {"config fingerprint (bits, seed, widths, rounding, group sizes, block size)",
-       cfg.fingerprint()},
-      // every rank plans from its own copy: a copy restored on some ranks only
-      // would give other widths, so other message sizes, on those ranks
-      {"allocator state (the fast rule's carried offset u)", plan_state_fingerprint(a.plan_state)},
-  };
-  Header hdr = exchange_header(tr, fields, nonfinite, local_error, !ok_config, pass_error != nullptr);
+  const HeaderVerdict hdr = exchange_header(tr, collective_header_fields(cfg, a, slice),
+                                            {nonfinite, local_error, !ok_config, pass_error != nullptr});
   cs.t_header = secs(t0, Clock::now());
   if (!ok_config) throw Error(config_error);  // the detailed error; peers raise hdr.error
   if (pass_error) std::rethrow_exception(pass_error);
@@ -295,7 +176,7 @@ CallStats all_reduce_one(Transport& tr, const CollectiveConfig& cfg, const CallA
   // From here on receives may be posted into `stats` and the bucket.
   const ParkOnFailure park(stats, a.keep_alive);
 
-  if (path == Path::kCompressed && hdr.nonfinite > 0 && !scheme->exact()) path = Path::kExactNonfinite;
+  if (path == Path::kCompressed && hdr.nonfinite_ranks > 0 && !scheme->exact()) path = Path::kExactNonfinite;
   cs.path = path;
 
   if (path != Path::kCompressed) {

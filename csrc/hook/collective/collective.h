@@ -1,9 +1,9 @@
 // One all-reduce of a bucket, end to end (DESIGN.md "The data path of one bucket"):
 //   1. local pass: the scheme's statistics and the non-finite flag;
-//   2. header exchange: an int64 all-reduce carrying the fingerprint of
-//      everything the ranks must agree on (config, dtype, numel, op, sequence
-//      number), the non-finite count and input-error reports, so every rank
-//      takes the same decision and raises the same error;
+//   2. header exchange (header_exchange.h): an int64 all-reduce carrying the
+//      fingerprint of everything the ranks must agree on (config, dtype, numel,
+//      op, sequence number), the non-finite count and input-error reports, so
+//      every rank takes the same decision and raises the same error;
 //   3. metadata all-reduce of the statistics (over the identity codec and the
 //      same topology, so every rank gets bit-identical statistics);
 //   4. plan, blocks, schedule; 5. execute; 6. the codec's decompress writes the
