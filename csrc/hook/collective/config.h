@@ -44,7 +44,7 @@ struct CollectiveConfig {
   // pays a fixed cost per message: measured 0.3-1 ms on loopback).
   int64_t block_bytes = 0;
   int64_t min_compress_numel = 4096; // smaller buckets take the exact path
-  int64_t window_bytes = 16 << 20;   // receive buffers posted ahead; sent buffers kept (executor.cc)
+  int64_t window_bytes = 16 << 20;   // receive buffers posted ahead; sent buffers kept (recv_window.h, send_window.h)
   // Buckets of more bytes run as several collectives of at most this many
   // bytes, one after the other (0: never split). Bounds the working memory:
   // DDP's first step all-reduces the whole model as one bucket.

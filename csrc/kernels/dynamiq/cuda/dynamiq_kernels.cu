@@ -53,7 +53,7 @@ template <int B>
 __device__ float decode_elem(const uint8_t* sg, const DynamiqFormat& f, const DqTables& tb, int i,
                              float base, bool accumulate) {
   if constexpr (B == 16) {
-    const float v = bf16_to_f32(uint16_t(sg[2 * i] | (uint16_t(sg[2 * i + 1]) << 8)));
+    const float v = bf16_to_f32(load_u16(sg + 2 * i));
     return accumulate ? base + v : v;
   } else {
     const uint8_t* codes = sg + dynamiq_scale_bytes(B, f);
