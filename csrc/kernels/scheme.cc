@@ -1,6 +1,5 @@
 #include "kernels/scheme.h"
 
-#include "kernels/base/float_bits.h"
 #include "kernels/identity/identity_codec.h"
 
 namespace dynamiq {
@@ -25,21 +24,6 @@ class NoneScheme final : public Scheme {
 };
 
 }  // namespace
-
-bool has_nonfinite(const void* data, DType dtype, int64_t numel) {
-  // Exponent all ones <=> inf or nan; OR-reduce so the loop vectorises.
-  if (dtype == DType::kF32) {
-    const uint32_t* p = static_cast<const uint32_t*>(data);
-    uint32_t bad = 0;
-    for (int64_t i = 0; i < numel; ++i) bad |= uint32_t((p[i] & 0x7f800000u) == 0x7f800000u);
-    return bad != 0;
-  }
-  const uint16_t mask = dtype == DType::kBF16 ? 0x7f80u : 0x7c00u;
-  const uint16_t* p = static_cast<const uint16_t*>(data);
-  uint32_t bad = 0;
-  for (int64_t i = 0; i < numel; ++i) bad |= uint32_t((p[i] & mask) == mask);
-  return bad != 0;
-}
 
 std::unique_ptr<Scheme> make_none_scheme(const CollectiveConfig&) {
   return std::make_unique<NoneScheme>();

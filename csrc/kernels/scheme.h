@@ -4,6 +4,7 @@
 
 #include <memory>
 
+#include "kernels/base/nonfinite.h"
 #include "kernels/codec.h"
 #include "kernels/device.h"
 #include "hook/collective/config.h"
@@ -84,8 +85,5 @@ std::unique_ptr<Scheme> make_bitsplit_scheme(const CollectiveConfig& cfg);
 // checked here, so a config it accepts never fails inside a collective for
 // its own sake (the Python binding validate_config calls it).
 std::unique_ptr<Scheme> make_scheme(const CollectiveConfig& cfg);
-
-// True if any element of the bucket is inf or nan.
-bool has_nonfinite(const void* data, DType dtype, int64_t numel);
 
 }  // namespace dynamiq

@@ -21,17 +21,14 @@ namespace {
 
 void check(cudaError_t e, const char* what) { cuda::check(e, "cuda device", what); }
 
-// *flag |= 1 if any value is inf or nan (all exponent bits set).
-__global__ void nonfinite_kernel(const void* data, DType dt, int64_t n, uint32_t* flag) {
+// *flag |= 1 if any value is inf or nan (DTypeTraits<T>::nonfinite).
+template <DType T>
+__global__ void nonfinite_kernel(const void* data, int64_t n, uint32_t* flag) {
+  using Tr = DTypeTraits<T>;
+  const auto* p = static_cast<const typename Tr::storage*>(data);
   uint32_t bad = 0;
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    if (dt == DType::kF32)
-      bad |= (static_cast<const uint32_t*>(data)[i] & 0x7f800000u) == 0x7f800000u ? 1u : 0u;
-    else if (dt == DType::kBF16)
-      bad |= (static_cast<const uint16_t*>(data)[i] & 0x7f80u) == 0x7f80u ? 1u : 0u;
-    else
-      bad |= (static_cast<const uint16_t*>(data)[i] & 0x7c00u) == 0x7c00u ? 1u : 0u;
-  }
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    bad |= Tr::nonfinite(p[i]);
   if (bad) atomicOr(flag, 1u);
 }
 
@@ -65,7 +62,7 @@ class CudaDevice final : public Device {
     DeviceArray<uint32_t> flag(1, st);
     check(cudaMemsetAsync(flag.p, 0, sizeof(uint32_t), st), "non-finite scan");
     const unsigned grid = unsigned(std::min<int64_t>((numel + 255) / 256, 1024));
-    DQ_LAUNCH(nonfinite_kernel, grid, 256, 0, st)(data, dtype, numel, flag.p);
+    DQ_DISPATCH_DTYPE(dtype, T, [&] { DQ_LAUNCH(nonfinite_kernel<T>, grid, 256, 0, st)(data, numel, flag.p); });
     check(cudaGetLastError(), "non-finite scan");
     uint32_t bad = 0;
     check(cudaMemcpyAsync(&bad, flag.p, sizeof(bad), cudaMemcpyDeviceToHost, st), "non-finite scan");
