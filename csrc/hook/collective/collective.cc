@@ -110,7 +110,7 @@ ExecStats run_exact(Transport& tr, Topology topo, void* data, DType dtype, int64
                     const Device* device = nullptr) {
   const int n = tr.size();
   IdentityCodec host_codec;
-  const std::unique_ptr<Codec> device_codec = device ? device->identity_codec() : nullptr;
+  const std::unique_ptr<Codec> device_codec = device ? make_device_codec(kModeNone, host_codec, *device) : nullptr;
   const Codec& codec = device ? *device_codec : host_codec;
   Plan plan = make_identity_plan(dtype, numel, topology_chunks(topo, n));
   BlockTable bt = make_blocks(plan, block_bytes);
@@ -186,7 +186,7 @@ uint64_t plan_state_fingerprint(const PlanState* ps) {
 // the header fingerprint, so every rank agrees): kCompressed may still become
 // kExactNonfinite once the header has told whether some rank holds an inf/NaN.
 Path path_before_header(const CollectiveConfig& cfg, const Scheme& scheme, int world, int64_t numel) {
-  if (cfg.mode == Mode::kNone || world == 1) return Path::kExactMode;
+  if (scheme.identity() || world == 1) return Path::kExactMode;
   if (numel < std::max<int64_t>(cfg.min_compress_numel, cfg.supergroup_size)) return Path::kExactTiny;
   if (!scheme.fits_budget(numel)) return Path::kExactBudget;
   return Path::kCompressed;
@@ -257,7 +257,7 @@ CallStats all_reduce_one(Transport& tr, const CollectiveConfig& cfg, const CallA
   std::vector<float> stats;
   bool nonfinite = false;
   std::exception_ptr pass_error;
-  if (ok_input && ok_config && cfg.mode != Mode::kNone) {
+  if (ok_input && ok_config && !scheme->identity()) {
     try {
       stats.resize(size_t(scheme->stats_count(a.dtype, a.numel)));
       nonfinite = a.device ? scheme->device_local_pass(*a.device, a.data, a.dtype, a.numel, stats.data())

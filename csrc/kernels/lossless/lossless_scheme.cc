@@ -12,9 +12,6 @@ class LosslessScheme final : public Scheme {
  public:
   const Codec& codec() const override { return codec_; }
   bool exact() const override { return true; }
-  bool local_pass(const void*, DType, int64_t, float*) const override { return false; }
-  bool device_local_pass(const Device&, const void*, DType, int64_t, float*) const override { return false; }
-  std::unique_ptr<Codec> device_codec(const Device& d) const override { return d.lossless_codec(codec_.options()); }
   Plan make_plan(DType dtype, int64_t numel, int num_chunks, int, const float*, PlanState&,
                  PlanInfo& info) const override {
     // Wire size is data-dependent; report the raw width as the upper bound

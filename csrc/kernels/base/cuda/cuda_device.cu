@@ -6,14 +6,9 @@
 #include <algorithm>
 #include <string>
 
-#include "kernels/base/float_bits.h"
-#include "kernels/bitsplit/cuda/bitsplit_cuda_codec.h"
 #include "kernels/base/cuda/cuda_memory.h"
-#include "kernels/dynamiq/cuda/dynamiq_cuda_codec.h"
-#include "kernels/dynamiq/cuda/dynamiq_kernels.h"
-#include "kernels/identity/cuda/identity_cuda_codec.h"
 #include "kernels/base/cuda/launch.h"
-#include "kernels/lossless/cuda/lossless_cuda_codec.h"
+#include "kernels/base/float_bits.h"
 
 namespace dynamiq {
 namespace cuda {
@@ -34,28 +29,13 @@ __global__ void nonfinite_kernel(const void* data, int64_t n, uint32_t* flag) {
 
 class CudaDevice final : public Device {
  public:
+  // The first use of the CUDA device registers the CUDA codecs (registry_cuda.cu).
+  CudaDevice() { register_codecs(); }
   std::string name() const override { return "cuda"; }
   const Memory& memory() const override { return device_memory(); }
+  void* stream() const override { return current_stream(); }
 
-  // Everything on this thread's current stream (cuda_memory.h), waited for.
-  bool dynamiq_stats(const void* data, DType dtype, int64_t numel, int32_t S, float* host_stats) const override {
-    if (numel <= 0) return false;
-    const cudaStream_t st = current_stream();
-    const int64_t units = ceil_div<int64_t>(numel, S);
-    DeviceArray<float> stats_d(size_t(2 * units), st);
-    DeviceArray<uint32_t> flag(1, st);
-    check(cudaMemsetAsync(flag.p, 0, sizeof(uint32_t), st), "statistics");
-    check(cudaError_t(stats(data, dtype, numel, S, stats_d.p, flag.p,
-                            st)),
-          "statistics");
-    uint32_t bad = 0;
-    check(cudaMemcpyAsync(host_stats, stats_d.p, size_t(2 * units) * sizeof(float), cudaMemcpyDeviceToHost, st),
-          "statistics");
-    check(cudaMemcpyAsync(&bad, flag.p, sizeof(bad), cudaMemcpyDeviceToHost, st), "statistics");
-    check(cudaStreamSynchronize(st), "statistics");
-    return bad != 0;
-  }
-
+  // On this thread's current stream (cuda_memory.h), waited for.
   bool has_nonfinite(const void* data, DType dtype, int64_t numel) const override {
     if (numel <= 0) return false;
     const cudaStream_t st = current_stream();
@@ -68,20 +48,6 @@ class CudaDevice final : public Device {
     check(cudaMemcpyAsync(&bad, flag.p, sizeof(bad), cudaMemcpyDeviceToHost, st), "non-finite scan");
     check(cudaStreamSynchronize(st), "non-finite scan");
     return bad != 0;
-  }
-
-  // The codecs run on the stream current when they are made (the collective's).
-  std::unique_ptr<Codec> identity_codec() const override {
-    return std::make_unique<IdentityCudaCodec>(current_stream());
-  }
-  std::unique_ptr<Codec> dynamiq_codec(const DynamiqParams& p) const override {
-    return std::make_unique<DynamiqCudaCodec>(p, current_stream());
-  }
-  std::unique_ptr<Codec> bitsplit_codec(const BitsplitParams& p) const override {
-    return std::make_unique<BitsplitCudaCodec>(p, current_stream());
-  }
-  std::unique_ptr<Codec> lossless_codec(const LosslessOptions& opt) const override {
-    return std::make_unique<LosslessCudaCodec>(opt, current_stream());
   }
 };
 

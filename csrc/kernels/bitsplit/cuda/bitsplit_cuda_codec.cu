@@ -7,6 +7,7 @@
 
 #include "kernels/base/cuda/cuda_memory.h"
 #include "kernels/base/cuda/launch.h"
+#include "kernels/registry.h"
 
 namespace dynamiq {
 namespace cuda {
@@ -78,6 +79,16 @@ cudaError_t BitsplitCudaCodec::run(CodecCall& c) const {
                                                                            c.out, d_bad_, stream_),
                             c.what());
   }
+}
+
+// Mode bitsplit's CUDA codec (registry_cuda.cu).
+DeviceCodecFactory bitsplit_cuda_codec_factory() {
+  DeviceCodecFactory f;
+  f.make_codec = [](const Codec& host, const Device& d) -> std::unique_ptr<Codec> {
+    return std::make_unique<BitsplitCudaCodec>(host_codec_as<BitsplitCodec>(host).params(),
+                                               static_cast<cudaStream_t>(d.stream()));
+  };
+  return f;
 }
 
 }  // namespace cuda

@@ -7,6 +7,7 @@
 
 #include "kernels/base/cuda/cuda_memory.h"
 #include "kernels/base/cuda/launch.h"
+#include "kernels/registry.h"
 
 namespace dynamiq {
 namespace cuda {
@@ -100,6 +101,35 @@ cudaError_t DynamiqCudaCodec::run(CodecCall& c) const {
       break;
   }
   return static_cast<cudaError_t>(err);
+}
+
+// Mode dynamiq's CUDA codec and statistics pass (registry_cuda.cu): the
+// statistics of dynamiq_local_stats (dynamiq_stats.h) on device data, on the
+// device's stream and waited for, written to host memory.
+DeviceCodecFactory dynamiq_cuda_codec_factory() {
+  DeviceCodecFactory f;
+  f.make_codec = [](const Codec& host, const Device& d) -> std::unique_ptr<Codec> {
+    return std::make_unique<DynamiqCudaCodec>(host_codec_as<DynamiqCodec>(host).params(), d.stream());
+  };
+  f.local_pass = [](const Codec& host, const Device& d, const void* data, DType dtype, int64_t numel,
+                    float* host_stats) {
+    if (numel <= 0) return false;
+    const int32_t S = host_codec_as<DynamiqCodec>(host).params().fmt.S;
+    const auto st = static_cast<cudaStream_t>(d.stream());
+    const int64_t units = ceil_div<int64_t>(numel, S);
+    DeviceArray<float> stats_d(size_t(2 * units), st);
+    DeviceArray<uint32_t> flag(1, st);
+    const char* who = "dynamiq cuda";
+    check(cudaMemsetAsync(flag.p, 0, sizeof(uint32_t), st), who, "statistics");
+    check(cudaError_t(stats(data, dtype, numel, S, stats_d.p, flag.p, st)), who, "statistics");
+    uint32_t bad = 0;
+    check(cudaMemcpyAsync(host_stats, stats_d.p, size_t(2 * units) * sizeof(float), cudaMemcpyDeviceToHost, st),
+          who, "statistics");
+    check(cudaMemcpyAsync(&bad, flag.p, sizeof(bad), cudaMemcpyDeviceToHost, st), who, "statistics");
+    check(cudaStreamSynchronize(st), who, "statistics");
+    return bad != 0;
+  };
+  return f;
 }
 
 }  // namespace cuda

@@ -8,6 +8,7 @@
 
 #include "kernels/base/float_bits.h"
 #include "kernels/base/cuda/launch.h"
+#include "kernels/registry.h"
 
 namespace dynamiq {
 namespace cuda {
@@ -106,6 +107,15 @@ cudaError_t IdentityCudaCodec::run(CodecCall& c) const {
       break;
   }
   return cudaGetLastError();
+}
+
+// Mode none's CUDA codec (registry_cuda.cu).
+DeviceCodecFactory identity_cuda_codec_factory() {
+  DeviceCodecFactory f;
+  f.make_codec = [](const Codec&, const Device& d) -> std::unique_ptr<Codec> {
+    return std::make_unique<IdentityCudaCodec>(static_cast<cudaStream_t>(d.stream()));
+  };
+  return f;
 }
 
 }  // namespace cuda

@@ -6,6 +6,7 @@
 
 #include "kernels/base/cuda/cuda_memory.h"
 #include "kernels/base/cuda/launch.h"
+#include "kernels/registry.h"
 
 namespace dynamiq {
 namespace cuda {
@@ -121,6 +122,16 @@ cudaError_t LosslessCudaCodec::run(CodecCall& c) const {
     }
   }
   return cudaSuccess;
+}
+
+// Mode lossless's CUDA codec (registry_cuda.cu).
+DeviceCodecFactory lossless_cuda_codec_factory() {
+  DeviceCodecFactory f;
+  f.make_codec = [](const Codec& host, const Device& d) -> std::unique_ptr<Codec> {
+    return std::make_unique<LosslessCudaCodec>(host_codec_as<LosslessCodec>(host).options(),
+                                               static_cast<cudaStream_t>(d.stream()));
+  };
+  return f;
 }
 
 }  // namespace cuda
