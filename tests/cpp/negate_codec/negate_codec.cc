@@ -3,6 +3,8 @@
 
 #include <vector>
 
+#include "kernels/identity/identity_plan_scheme.h"
+
 namespace dynamiq {
 namespace negate_test {
 namespace {
@@ -18,20 +20,6 @@ std::vector<uint8_t> negated(const uint8_t* in, size_t bytes, DType dtype) {
   negate(v.data(), v.size(), dtype);
   return v;
 }
-
-class NegateScheme final : public Scheme {
- public:
-  const Codec& codec() const override { return codec_; }
-  bool exact() const override { return true; }
-  Plan make_plan(DType dtype, int64_t numel, int num_chunks, int, const float*, PlanState&,
-                 PlanInfo& info) const override {
-    info.bits_per_coord = 8.0 * dtype_size(dtype);
-    return make_identity_plan(dtype, numel, num_chunks);
-  }
-
- private:
-  NegateCodec codec_;
-};
 
 }  // namespace
 
@@ -69,7 +57,7 @@ size_t NegateCodec::decompress_accumulate_recompress(const uint8_t* in, size_t i
 
 std::unique_ptr<Scheme> make_negate_scheme(const CollectiveConfig& cfg) {
   DQ_CHECK(cfg.group_size == 0, "negate: group_size must be 0 (the codec has no groups)");
-  return std::make_unique<NegateScheme>();
+  return std::make_unique<IdentityPlanScheme<NegateCodec>>();
 }
 
 }  // namespace negate_test

@@ -40,7 +40,7 @@ class NegateCodec final : public Codec {
 };
 
 // Mode "negate"'s scheme: exact (its sums are the identity codec's), no
-// statistics, the identity plan. Rejects a config with a group size (it has
+// statistics, the identity plan (IdentityPlanScheme). Rejects a config with a group size (it has
 // no groups), to show a factory's validation reaching Config.
 std::unique_ptr<Scheme> make_negate_scheme(const CollectiveConfig& cfg);
 
