@@ -9,16 +9,22 @@
 
 namespace dynamiq {
 
+// A mode's id. The modes and their ids are listed in the codec registry
+// (kernels/registry.h: mode_id("dynamiq"), mode_name(id)); the id is part of
+// the wire fingerprint: never renumber.
+enum class Mode : uint8_t {};
+// Mode "none" (the identity codec, which is also the exact path of every
+// other mode): the default.
+inline constexpr Mode kModeNone = Mode(0);
+
 // Numeric values are part of the wire fingerprint: never renumber.
-enum class Mode : uint8_t { kNone = 0, kDynamiq = 1, kLossless = 2, kBitsplit = 3 };
 enum class Topology : uint8_t { kRing = 0, kButterfly = 1, kTwoStep = 2 };
 enum class ReduceOp : uint8_t { kSum = 0, kMean = 1 };
 
-const char* mode_name(Mode m);
 const char* topology_name(Topology t);
 
 struct CollectiveConfig {
-  Mode mode = Mode::kNone;
+  Mode mode = kModeNone;
   Topology topology = Topology::kRing;
   uint64_t seed = 0;
 

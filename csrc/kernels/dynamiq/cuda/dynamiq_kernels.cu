@@ -224,7 +224,7 @@ __global__ void stats_kernel(const void* data, DType dt, int64_t numel, int32_t 
     const double v = double(f);
     ls += v;
     lq += v * v;
-    bad |= (f32_bits(f) & 0x7f800000u) == 0x7f800000u ? 1u : 0u;
+    bad |= DTypeTraits<DType::kF32>::nonfinite(f);  // (the conversion keeps inf and nan)
   }
   s[l] = ls;
   q[l] = lq;
