@@ -1,12 +1,9 @@
-// The DynamiQ CPU codec: the process-wide ISA switch and the CPU kernels.
+// The DynamiQ CPU codec: the CPU kernels (ISA switch: kernels/base/cpu_isa.h).
 // Tables: dynamiq_tables.cc; plan helpers: dynamiq_plan.cc.
 #include "kernels/dynamiq/dynamiq_codec.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cstdint>
-#include <cstdio>
-#include <cstdlib>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -15,15 +12,14 @@
 #include "kernels/base/parallel.h"
 #include "kernels/base/unit_io.h"
 
+#include "kernels/base/cpu_isa.h"
 #include "kernels/base/x86_intrin.h"
 
-// AVX-512 kernels (F, BW, DQ, VL) next to the AVX2 ones, chosen at run time:
-// gcc/clang on x86-64 compile them with a target attribute, so the library
-// still runs on AVX2-only machines. Every AVX-512 path is bit-identical to
-// its AVX2 twin and to the shared math (tests/cpp/test_dynamiq_fastpath.cc
-// runs under both ISAs).
-#if defined(__AVX2__) && defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define DQ_HAVE_AVX512 1
+// AVX-512 kernels (F, BW, DQ, VL) next to the AVX2 ones, chosen at run time
+// (cpu_isa()): compiled with a target attribute, so the library still runs on
+// AVX2-only machines. Every AVX-512 path is bit-identical to its AVX2 twin and
+// to the shared math (tests/cpp/test_dynamiq_fastpath.cc runs under both ISAs).
+#if defined(DQ_HAVE_AVX512)
 #define DQ_AVX512_FN __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl")))
 #endif
 
@@ -33,72 +29,7 @@ namespace dynamiq {
 
 namespace {
 
-// -1: not decided yet; 0: the baseline kernels (AVX2, or the portable scalar
-// ones in a build without AVX2); 1: AVX-512.
-std::atomic<int> g_isa{-1};
-
-// The kernels that run when AVX-512 does not: the #if defined(__AVX2__)
-// paths of this file, or their portable scalar fallbacks.
-#if defined(__AVX2__)
-constexpr const char* kBaselineIsa = "avx2";
-#else
-constexpr const char* kBaselineIsa = "generic";
-#endif
-
-int detect_isa() {
-  // "avx2" forces the AVX2 kernels; unset, empty, "auto" and "avx512" pick the
-  // best the CPU has. Anything else is ignored with a warning (not worth
-  // failing a training job over).
-  const char* e = std::getenv("DYNAMIQ_CPU_ISA");
-  const std::string v = e ? e : "";
-  if (!v.empty() && v != "avx2" && v != "avx512" && v != "auto")
-    std::fprintf(stderr, "dynamiq: ignoring DYNAMIQ_CPU_ISA=%s (allowed: avx2, avx512, auto); choosing by CPU\n",
-                 v.c_str());
-#if defined(DQ_HAVE_AVX512)
-  if (v == "avx2") return 0;
-  __builtin_cpu_init();
-  return (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-          __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl"))
-             ? 1
-             : 0;
-#else
-  return 0;
-#endif
-}
-
-inline bool cpu_avx512() {
-  int v = g_isa.load(std::memory_order_relaxed);
-  if (v < 0) {
-    v = detect_isa();
-    g_isa.store(v, std::memory_order_relaxed);
-  }
-  return v == 1;
-}
-
-}  // namespace
-
-std::string dynamiq_cpu_isa() { return cpu_avx512() ? "avx512" : kBaselineIsa; }
-
-std::string dynamiq_set_cpu_isa(const std::string& isa) {
-  const std::string before = dynamiq_cpu_isa();
-  if (isa == kBaselineIsa) {
-    g_isa.store(0);
-  } else if (isa == "avx2" || isa == "generic") {
-    throw Error("dynamiq_set_cpu_isa: this build's baseline kernels are " + std::string(kBaselineIsa) +
-                ", not " + isa);
-  } else if (isa == "avx512") {
-    g_isa.store(-1);
-    DQ_CHECK(detect_isa() == 1, "dynamiq_set_cpu_isa: this CPU or build has no AVX-512 (F/BW/DQ/VL)");
-    g_isa.store(1);
-  } else if (isa == "auto") {
-    g_isa.store(-1);
-  } else {
-    throw Error("dynamiq_set_cpu_isa: isa must be avx2, generic, avx512 or auto (got " + isa + ")");
-  }
-  return before;
-}
-
-namespace {
+inline bool cpu_avx512() { return cpu_isa() == CpuIsa::kAvx512; }
 
 // Per-call scratch: one super-group's worth of everything (stays in L1/L2).
 struct Work {

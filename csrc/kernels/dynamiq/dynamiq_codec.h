@@ -157,17 +157,8 @@ class DynamiqCodec final : public Codec {
 // column when the world needs one).
 DqRounding make_dynamiq_rounding(const RngCtx& rng);
 
-// Which vector ISA the CPU kernels use: "avx512" when the CPU has AVX-512
-// F/BW/DQ/VL (and DYNAMIQ_CPU_ISA is not "avx2"), else "avx2" in a build
-// with AVX2 (x86-64-v3 or native on such a CPU), "generic" in the portable
-// build (DYNAMIQ_CPU_ARCH empty, or not x86-64), whose scalar kernels run.
-// Outputs are bit-identical either way.
-std::string dynamiq_cpu_isa();
-// Force the build's baseline ("avx2", or "generic" in a build without AVX2;
-// the other one throws) or "avx512" (throws when unavailable), or go back to
-// "auto"; for tests and A/B benchmarks. Returns the previous ISA, which it
-// always accepts back. Not for use while kernels run.
-std::string dynamiq_set_cpu_isa(const std::string& isa);
+// (The ISA the CPU kernels run, dynamiq_cpu_isa / dynamiq_set_cpu_isa, is
+// process-wide: kernels/base/cpu_isa.h.)
 
 // The CPU kernels' random words of one SG (AVX2 Philox when compiled for it):
 // words[k + j*(S/4)] = word j of Philox call call0 + k. For tests.
