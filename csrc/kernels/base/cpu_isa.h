@@ -3,7 +3,8 @@
 // A build compiles its kernels for one baseline ISA (CMake's DYNAMIQ_CPU_ARCH:
 // x86-64-v3 = AVX2 + FMA by default; "generic" where the compiler has no AVX2,
 // e.g. aarch64 or DYNAMIQ_CPU_ARCH empty) and, in the x86-64 AVX2 build with
-// gcc or clang, AVX-512 (F/BW/DQ/VL) variants (CMake then defines
+// gcc or clang, AVX-512 (F/BW/DQ/VL) variants in separate files (*_avx512.cc,
+// the only files compiled with -mavx512*; CMake then defines
 // DYNAMIQ_AVX512_KERNELS). Which of the two runs is decided here at run time,
 // once per process, from the CPU and the environment (DYNAMIQ_CPU_ISA=avx2
 // forces the baseline); tests and benchmarks may switch it. Outputs are
