@@ -9,6 +9,7 @@
 #include "kernels/dynamiq/dynamiq_format.h"
 #include "kernels/lossless/lossless_codec.h"
 #include "kernels/base/parallel.h"
+#include "kernels/base/cpu_isa.h"
 #include "hook/collective/collective.h"
 #include "hook/transport/inproc_transport.h"
 #include "hook/torch/torch_c10d_transport.h"
