@@ -18,13 +18,17 @@ Rows, by wire bits per coordinate (metadata included):
   4.25 / 6.25 / 8.25: dynamiq `bits=b` (budget b exactly, checked), MXFP4 / MXFP6 /
       MXFP8 (torchao's OCP MX quantiser, block 32, E8M0 scale, round to nearest, at every hop
       of the same schedule as in vnmse.py), bitsplit INT4 / INT6 / INT8 with groups of 128
-      (code width + a 16-bit scale and a 16-bit zero per 128 values = +0.25; checked from the
+      (code width + a bf16 scale and a bf16 zero per 128 values = +0.25; checked from the
       codec's own count), stochastic rounding, no spike reserve.
   5: dynamiq 5 bits (the paper's headline: 2.5-3x below MXFP8's vNMSE).
   16: the fp16 and bf16 casts (each hop rounds the partial sum to the type, as a
       16-bit NCCL all-reduce does after DDP's fp16/bf16 compression hook).
 vNMSE = ||X_hat - X||^2 / ||X||^2 against the exact float64 sum of the workers'
-(bf16-stored) gradients. Per tensor category (embedding, attention, MLP, norms,
+(bf16-stored) gradients. The MX rows use a vectorised OCP MX quantiser compiled
+with torch.compile, checked bit-identical to torchao's at the start of each run
+(`--no-compile`: eager; `--ref-stride k`: MX and cast rows on every k-th block
+of 32 in buckets over 1 Mi coordinates, for slow machines; default all).
+Per tensor category (embedding, attention, MLP, norms,
 TinyGPT's untied head): the category's own vNMSE and its share of the total squared error.
 """
 
@@ -63,6 +67,22 @@ def rows():
                   dict(mode="bitsplit", bits=code, group_size=128, spike_reserve=False)))
     r.append(("dynamiq 5", 5.0, "dq", dict(mode="dynamiq", bits=5.0)))
     return r
+
+
+def variant_rows(bits: float = 5.0):
+    """dynamiq at one budget with Config fields changed (no codec change): item 4's search space."""
+    d = dict(mode="dynamiq", bits=bits)
+    v = [("default (S=256, g=16)", {}),
+         ("S=64", dict(supergroup_size=64)), ("S=128", dict(supergroup_size=128)),
+         ("S=512", dict(supergroup_size=512)), ("S=1024", dict(supergroup_size=1024)),
+         ("g=8", dict(group_size=8)), ("g=32", dict(group_size=32)), ("g=32, S=512", dict(group_size=32, supergroup_size=512)),
+         ("g=64, S=1024", dict(group_size=64, supergroup_size=1024)),
+         ("eps4=0 (even levels at width 4)", dict(eps=(-1, -1, 0.0, -1))),
+         ("eps4=0.15", dict(eps=(-1, -1, 0.15, -1))), ("eps4=0.5", dict(eps=(-1, -1, 0.5, -1))),
+         ("eps8=0 (even levels at width 8)", dict(eps=(-1, -1, -1, 0.0))),
+         ("widths (1, 2, 4, 8)", dict(widths=(1, 2, 4, 8))), ("widths (4, 8)", dict(widths=(4, 8))),
+         ("allocator exact", dict(allocator="exact"))]
+    return [(f"dynamiq {bits:g} {name}", bits, "dq", dict(d, **kw)) for name, kw in v]
 
 
 def ddp_buckets(names, numels, first_mb: float, cap_mb: float):
@@ -108,6 +128,21 @@ def mx_fast(name):
     return Q
 
 
+_COMPILED = {}
+
+
+def mx_q(name):
+    """mx_fast(name), compiled with torch.compile when COMPILE is set (20-40x less CPU than eager;
+    ~35 s to compile each format on first use, then cached by inductor)."""
+    if name not in _COMPILED:
+        q = mx_fast(name)
+        _COMPILED[name] = torch.compile(q, dynamic=True) if COMPILE else q
+    return _COMPILED[name]
+
+
+COMPILE = True
+
+
 def check_mx(sample: torch.Tensor) -> str:
     """Asserts mx_fast == torchao's reference on `sample` for the three formats."""
     try:
@@ -115,12 +150,13 @@ def check_mx(sample: torch.Tensor) -> str:
     except ImportError:
         return "torchao not installed: the MX rows use the built-in quantiser unchecked"
     for name in MX_FORMATS:
-        a, b = mx_fast(name)(sample), mx_quantiser(elems[name])(sample)
+        a, b = mx_q(name)(sample), mx_quantiser(elems[name])(sample)
         if not torch.equal(a, b):
             bad = (a != b).nonzero()[:5].view(-1)
             raise AssertionError(f"{name}: built-in MX quantiser differs from torchao's at {bad.tolist()}: "
                                  f"{a[bad].tolist()} vs {b[bad].tolist()}")
-    return f"MX quantiser identical to torchao {__import__('torchao').__version__}'s on {sample.numel()} values"
+    return (f"MX quantiser ({'torch.compile' if COMPILE else 'eager'}) identical to torchao "
+            f"{__import__('torchao').__version__}'s on {sample.numel()} values")
 
 
 def all_reduce(xs, kind, spec, topo, seed, call):
@@ -130,7 +166,7 @@ def all_reduce(xs, kind, spec, topo, seed, call):
         out, st = dynamiq.simulate(xs, cfg, return_stats=True, call_index=call)
         return out[0], st[0]
     if kind == "mx":
-        Q = mx_fast(spec)
+        Q = mx_q(spec)
     else:
         def Q(v, dt=spec):
             return v.to(dt).float()
@@ -138,7 +174,10 @@ def all_reduce(xs, kind, spec, topo, seed, call):
     return (ring_reference if topo == "ring" else butterfly_reference)(xs, Q), None
 
 
-def evaluate(cache, captures, row_list, columns, first_mb, cap_mb, log):
+REF_SAMPLE_ABOVE = 1 << 20  # buckets with more coordinates than this are sampled for MX and casts
+
+
+def evaluate(cache, captures, row_list, columns, first_mb, cap_mb, log, light=(), ref_stride=1):
     names, shapes = cache["names"], cache["shapes"]
     numels = [int(torch.Size(s).numel()) for s in shapes]
     cats = [llm_grads.category(n) for n in names]
@@ -147,7 +186,7 @@ def evaluate(cache, captures, row_list, columns, first_mb, cap_mb, log):
     for ci, cap in enumerate(captures):
         grads = cache["captures"][cap]["grads"]
         for label, bits, kind, spec in row_list:
-            for col, topo, n in columns:
+            for col, topo, n in (columns[:1] if cap in light else columns):
                 t0 = time.time()
                 err_c = {c: 0.0 for c in CATS}
                 ref_c = {c: 0.0 for c in CATS}
@@ -155,6 +194,13 @@ def evaluate(cache, captures, row_list, columns, first_mb, cap_mb, log):
                 wire, wunits = [], {}
                 for bi, b in enumerate(buckets):
                     xs = [torch.cat([grads[names[i]][w].reshape(-1).float() for i in b]) for w in range(n)]
+                    keep = None
+                    if kind != "dq" and ref_stride > 1 and xs[0].numel() > REF_SAMPLE_ABOVE:
+                        # the plain-PyTorch references on every ref_stride-th block of 32 (the same blocks
+                        # as in the whole bucket; only the hop order a block sees can differ)
+                        keep = (torch.arange(xs[0].numel()) // 32) % ref_stride == 0
+                        full = xs[0].numel()
+                        xs = [x[keep] for x in xs]
                     exact = torch.stack([x.double() for x in xs]).sum(0)
                     res, st = all_reduce(xs, kind, spec, topo, seed=1000 * ci + bi, call=bi)
                     if st is not None:
@@ -165,6 +211,9 @@ def evaluate(cache, captures, row_list, columns, first_mb, cap_mb, log):
                             wunits[k] = wunits.get(k, 0) + v
                     e2 = (res.double() - exact) ** 2
                     r2 = exact ** 2
+                    if keep is not None:
+                        e2 = torch.zeros(full, dtype=torch.float64).masked_scatter_(keep, e2)
+                        r2 = torch.zeros(full, dtype=torch.float64).masked_scatter_(keep, r2)
                     off = 0
                     for i in b:
                         m = numels[i]
@@ -185,6 +234,16 @@ def evaluate(cache, captures, row_list, columns, first_mb, cap_mb, log):
     return out, buckets
 
 
+def detail_captures(caps, res, columns):
+    """The captures with every column measured: the first and last of pre-training and the last
+    fine-tuning one."""
+    full = [c for c in caps if all(any(k[0] == c and k[2] == col for k in res) for col, _, _ in columns)]
+    pre = [c for c in full if not c.startswith("ft")]
+    ft = [c for c in full if c.startswith("ft")]
+    out = pre[:1] + pre[-1:] + ft[-1:]
+    return list(dict.fromkeys(out))
+
+
 def fmt(v):
     return f"{v:.2e}"
 
@@ -195,12 +254,24 @@ def main(argv=None) -> None:
     p.add_argument("--captures", nargs="+", default=None,
                    help="capture labels to evaluate (default: all in each cache, e.g. step0 step600)")
     p.add_argument("--columns", nargs="+", default=[c for c, _, _ in COLUMNS])
+    p.add_argument("--light", nargs="*", default=["llama:step0", "llama:step40", "llama:ft0"],
+                   help="MODEL:CAPTURE points measured in the first column only (time; 2 shared cores)")
+    p.add_argument("--variants", nargs="*", default=["tinygpt:step600", "llama:step80", "llama:ft12"],
+                   help="MODEL:CAPTURE points where dynamiq 5 runs with other Config fields (first column only; "
+                        "part dynamiq_config); none: skip")
+    p.add_argument("--threads", type=int, default=1,
+                   help="torch threads (1: on a loaded 2-core machine, 2 threads spin-wait on each other)")
+    p.add_argument("--no-compile", action="store_true", help="MX quantiser in eager mode (slower, no compiler)")
+    p.add_argument("--ref-stride", type=int, default=1,
+                   help="MX and cast rows: buckets over 1 Mi coordinates use every k-th block of 32 (1: all)")
     p.add_argument("--bucket-mb", type=float, default=25.0)
     p.add_argument("--first-bucket-mb", type=float, default=1.0)
     p.add_argument("--cache-dir", default=llm_grads.DEFAULT_DIR)
     p.add_argument("--out", default=None, help="study folder instead of experiments/results/vnmse_equal_bits")
     args = p.parse_args(argv)
-    torch.set_num_threads(2)
+    torch.set_num_threads(args.threads)
+    global COMPILE
+    COMPILE = not args.no_compile
     run = results_io.Run("vnmse_equal_bits", "vNMSE at equal wire bits, per tensor (TinyGPT and a 21M Llama)",
                          script=__file__, argv=argv, out=args.out)
     columns = [c for c in COLUMNS if c[0] in args.columns]
@@ -210,29 +281,68 @@ def main(argv=None) -> None:
     def log(msg):
         print(f"[{time.time() - t_start:6.0f} s] {msg}", flush=True)
 
-    results, metas = {}, {}
+    results, metas, variants = {}, {}, {}  # metas: per model, plus "mx_check"
     for model in args.models:
         path = os.path.join(args.cache_dir, f"{model}.pt")
         if not os.path.exists(path):
             log(f"{path} missing: running llm_grads.py --model {model}")
             llm_grads.main(["--model", model, "--cache", path])
         cache = llm_grads.load(path)
+        if "mx_check" not in metas:
+            first = cache["captures"][next(iter(cache["captures"]))]["grads"]
+            sample = torch.cat([g[0].reshape(-1).float() for g in first.values()])[: 1 << 21]
+            metas["mx_check"] = check_mx(sample)
+            log(metas["mx_check"])
         caps = [c for c in cache["captures"] if args.captures is None or c in args.captures]
         caps.sort(key=lambda c: (c.startswith("ft"), cache["captures"][c]["step"]))
-        res, buckets = evaluate(cache, caps, row_list, columns, args.first_bucket_mb, args.bucket_mb, log)
+        light = {c.split(":", 1)[1] for c in args.light if c.split(":", 1)[0] == model}
+        res, buckets = evaluate(cache, caps, row_list, columns, args.first_bucket_mb, args.bucket_mb, log, light,
+                                args.ref_stride)
         results[model] = res
+        vcaps = [c.split(":", 1)[1] for c in args.variants if c.split(":", 1)[0] == model]
+        vcaps = [c for c in vcaps if c in cache["captures"]]
+        if vcaps:
+            vres, _ = evaluate(cache, vcaps, variant_rows(5.0), columns[:1], args.first_bucket_mb, args.bucket_mb,
+                               log)
+            variants[model] = vres
         meta = dict(cache["meta"])
         meta.pop("losses", None)
         meta["captures"] = caps
         meta["capture_loss"] = {c: cache["captures"][c]["loss"] for c in caps}
         meta["buckets"] = [sum(int(torch.Size(cache["shapes"][i]).numel()) for i in b) for b in buckets]
         metas[model] = meta
-    md = report(results, metas, row_list, columns)
+    mx_check = metas.pop("mx_check", "")
+    md = report(results, metas, row_list, columns) + f"\n{mx_check}.\n"
     plot = plot_results(results, metas, row_list, run.path("vnmse_equal_bits.png"))
     print(md)
-    payload = {"models": metas,
+    payload = {"models": metas, "mx_check": mx_check,
                "results": {m: {" | ".join(k): v for k, v in r.items()} for m, r in results.items()}}
     print("[vnmse_equal_bits]", run.write("vnmse_equal_bits", md, data=payload, plot=plot))
+    if variants:
+        md = variant_report(variants, results, columns[0][0])
+        print(md)
+        payload = {"results": {m: {" | ".join(k): v for k, v in r.items()} for m, r in variants.items()}}
+        print("[vnmse_equal_bits]", run.write("dynamiq_config", md, data=payload))
+
+
+def variant_report(variants, results, col) -> str:
+    hdr = ["dynamiq 5 with"] + [f"{m} {cap}" for m, r in variants.items() for cap in dict.fromkeys(k[0] for k in r)]
+    keys = [(m, cap) for m, r in variants.items() for cap in dict.fromkeys(k[0] for k in r)]
+    labels = list(dict.fromkeys(k[1] for r in variants.values() for k in r))
+    base = {(m, cap): variants[m][(cap, labels[0], col)]["vnmse"] for m, cap in keys}
+    tab = []
+    for lab in labels:
+        cells = []
+        for m, cap in keys:
+            rec = variants[m].get((cap, lab, col))
+            cells.append("-" if rec is None else
+                         f"{rec['vnmse']:.2e} ({base[(m, cap)] / rec['vnmse']:.2f}x, {rec['bits_per_coord']:.3f} b)")
+        tab.append([lab.replace("dynamiq 5 ", "")] + cells)
+    tab.append(["(MXFP8 at 8.25 bits)"] + [f"{results[m][(cap, 'MXFP8 (E4M3)', col)]['vnmse']:.2e}" for m, cap in keys])
+    return (f"dynamiq at 5 bits with other existing Config fields ({col}; simulation only, no codec change): "
+            "vNMSE (the default's vNMSE divided by this one: above 1 is better; wire bits per coordinate). "
+            "S = supergroup_size, g = group_size, eps4/eps8 = eps at width 4/8.\n\n"
+            + benchlib.markdown_table(hdr, tab) + "\n")
 
 
 def report(results, metas, row_list, columns) -> str:
@@ -249,16 +359,17 @@ def report(results, metas, row_list, columns) -> str:
                 if (cap, label, columns[0][0]) not in res:
                     continue
                 wb = res[(cap, label, columns[0][0])].get("bits_per_coord", bits)
-                tab.append([label, f"{wb:.3f}"] + [fmt(res[(cap, label, c)]["vnmse"]) for c, _, _ in columns])
+                tab.append([label, f"{wb:.3f}"] + [fmt(res[(cap, label, c)]["vnmse"]) if (cap, label, c) in res
+                                                    else "-" for c, _, _ in columns])
             loss = m["capture_loss"].get(cap)
             parts.append(f"**{cap}** (training loss {loss:.2f})\n" if loss == loss else f"**{cap}**\n")
             parts.append(benchlib.markdown_table(hdr, tab) + "\n")
-        # per category, ring n=4
+        # per category, ring n=4, early and late
         col = columns[0][0]
-        for cap in m["captures"]:
+        for cap in detail_captures(m["captures"], res, columns):
             hdr = ["scheme (" + col + ", " + cap + ")"]
-            present = [c for c in CATS if res[(cap, row_list[0][0], col)]["ref"][c] > 0]
-            any_rec = res[(cap, row_list[0][0], col)]
+            present = [c for c in CATS if res[(cap, "dynamiq 5", col)]["ref"][c] > 0]
+            any_rec = res[(cap, "dynamiq 5", col)]
             tot = sum(any_rec["ref"].values())
             hdr += [f"{c} ({any_rec['ref'][c] / tot:.0%} of ||X||^2)" for c in present]
             tab = []
@@ -270,6 +381,17 @@ def report(results, metas, row_list, columns) -> str:
             parts.append(f"Per tensor category, {model} {cap}: the category's vNMSE (its share of the "
                          "total squared error)\n")
             parts.append(benchlib.markdown_table(hdr, tab) + "\n")
+            # the tensors that carry dynamiq 5's error
+            d5, mx8 = res[(cap, "dynamiq 5", col)], res[(cap, "MXFP8 (E4M3)", col)]
+            E = sum(d5["err"].values())
+            top = sorted(d5["err_param"], key=lambda k: -d5["err_param"][k])[:6]
+            tab = [[k, f"{d5['ref_param'][k] / tot:.1%}", f"{d5['err_param'][k] / E:.1%}",
+                    fmt(d5["err_param"][k] / d5["ref_param"][k]),
+                    fmt(mx8["err_param"][k] / mx8["ref_param"][k]) if mx8["ref_param"][k] else "-"]
+                   for k in top]
+            parts.append(f"Tensors with the largest share of dynamiq 5's squared error, {model} {cap} ({col})\n")
+            parts.append(benchlib.markdown_table(["tensor", "share of ||X||^2", "share of dynamiq 5 error",
+                                                  "vNMSE dynamiq 5", "vNMSE MXFP8"], tab) + "\n")
     # headline: dynamiq 5 and the equal-bits ratios against MX
     hdr = ["model", "capture"] + [c for c, _, _ in columns]
     tab = []
@@ -278,7 +400,8 @@ def report(results, metas, row_list, columns) -> str:
             for a, b in (("dynamiq 5", "MXFP8 (E4M3)"), ("dynamiq 8.25", "MXFP8 (E4M3)"),
                          ("dynamiq 6.25", "MXFP6 (E3M2)"), ("dynamiq 4.25", "MXFP4 (E2M1)")):
                 tab.append([model, f"{cap}: {a} / {b}"] +
-                           [f"{res[(cap, a, c)]['vnmse'] / res[(cap, b, c)]['vnmse']:.2f}" for c, _, _ in columns])
+                           [f"{res[(cap, a, c)]['vnmse'] / res[(cap, b, c)]['vnmse']:.2f}" if (cap, a, c) in res
+                            else "-" for c, _, _ in columns])
     parts.insert(0, "Ratio of vNMSEs (below 1: DynamiQ has the lower error)\n\n"
                  + benchlib.markdown_table(hdr, tab) + "\n")
     return "\n".join(parts)
