@@ -75,7 +75,7 @@ case "$what" in
     $PY -c "import transformers, tokenizers" 2>/dev/null || \
       $PY -m pip install -q "transformers==5.23.0" "tokenizers==0.23.3"
     # gradient caches (experiments/out/llm_grads/, seed 0): made once, reused by later runs
-    [ -f experiments/out/llm_grads/tinygpt.pt ] || $PY experiments/studies/llm_grads.py --model tinygpt
+    [ -f experiments/out/llm_grads/tinygpt.pt ] || $PY experiments/studies/llm_grads.py --model tinygpt --threads 1
     [ -f experiments/out/llm_grads/llama.pt ] || $PY experiments/studies/llm_grads.py --model llama
     $PY experiments/studies/vnmse_equal_bits.py "$@" ;;
   topology)

@@ -268,6 +268,10 @@ def main(argv=None) -> None:
     p.add_argument("--first-bucket-mb", type=float, default=1.0)
     p.add_argument("--cache-dir", default=llm_grads.DEFAULT_DIR)
     p.add_argument("--out", default=None, help="study folder instead of experiments/results/vnmse_equal_bits")
+    p.add_argument("--eval-dir", default=os.path.join(REPO, "experiments", "out", "vnmse_equal_bits"),
+                   help="where each model's evaluation is saved; an equal one (same cache file, rows, columns) "
+                        "is reused and the README says when it ran")
+    p.add_argument("--fresh", action="store_true", help="re-evaluate even if a saved evaluation matches")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
     global COMPILE
@@ -281,7 +285,7 @@ def main(argv=None) -> None:
     def log(msg):
         print(f"[{time.time() - t_start:6.0f} s] {msg}", flush=True)
 
-    results, metas, variants = {}, {}, {}  # metas: per model, plus "mx_check"
+    results, metas, variants, evaluated = {}, {}, {}, {}  # metas: per model, plus "mx_check"
     for model in args.models:
         path = os.path.join(args.cache_dir, f"{model}.pt")
         if not os.path.exists(path):
@@ -296,20 +300,36 @@ def main(argv=None) -> None:
         caps = [c for c in cache["captures"] if args.captures is None or c in args.captures]
         caps.sort(key=lambda c: (c.startswith("ft"), cache["captures"][c]["step"]))
         light = {c.split(":", 1)[1] for c in args.light if c.split(":", 1)[0] == model}
-        res, buckets = evaluate(cache, caps, row_list, columns, args.first_bucket_mb, args.bucket_mb, log, light,
-                                args.ref_stride)
-        results[model] = res
         vcaps = [c.split(":", 1)[1] for c in args.variants if c.split(":", 1)[0] == model]
         vcaps = [c for c in vcaps if c in cache["captures"]]
-        if vcaps:
-            vres, _ = evaluate(cache, vcaps, variant_rows(5.0), columns[:1], args.first_bucket_mb, args.bucket_mb,
-                               log)
+        # an evaluation of the same cache with the same rows is reused (--fresh: never)
+        key = dict(cache=[os.path.getsize(path), int(os.path.getmtime(path))], captures=caps, light=sorted(light),
+                   columns=[c[0] for c in columns], rows=[r[0] for r in row_list], variants=vcaps,
+                   buckets=[args.first_bucket_mb, args.bucket_mb], ref_stride=args.ref_stride)
+        saved = os.path.join(args.eval_dir, f"{model}.eval.pt")
+        old = torch.load(saved, weights_only=False) if os.path.exists(saved) and not args.fresh else None
+        if old is not None and old["key"] == key:
+            res, vres, buckets = old["res"], old["vres"], old["buckets"]
+            log(f"{model}: evaluation of {old['date']} reused ({saved})")
+            evaluated[model] = old["date"]
+        else:
+            t_eval = time.time()
+            res, buckets = evaluate(cache, caps, row_list, columns, args.first_bucket_mb, args.bucket_mb, log,
+                                    light, args.ref_stride)
+            vres = evaluate(cache, vcaps, variant_rows(5.0), columns[:1], args.first_bucket_mb, args.bucket_mb,
+                            log)[0] if vcaps else {}
+            evaluated[model] = results_io.when(t_eval)
+            os.makedirs(args.eval_dir, exist_ok=True)
+            torch.save(dict(key=key, res=res, vres=vres, buckets=buckets, date=evaluated[model]), saved)
+        results[model] = res
+        if vres:
             variants[model] = vres
         meta = dict(cache["meta"])
         meta.pop("losses", None)
         meta["captures"] = caps
         meta["capture_loss"] = {c: cache["captures"][c]["loss"] for c in caps}
         meta["buckets"] = [sum(int(torch.Size(cache["shapes"][i]).numel()) for i in b) for b in buckets]
+        meta["evaluated"] = evaluated[model]
         metas[model] = meta
     mx_check = metas.pop("mx_check", "")
     md = report(results, metas, row_list, columns) + f"\n{mx_check}.\n"
@@ -351,7 +371,7 @@ def report(results, metas, row_list, columns) -> str:
         m = metas[model]
         desc = (f"{m['params'] / 1e6:.2f} M parameters, vocabulary {m['vocab']}, "
                 f"{len(m['buckets'])} DDP bucket(s) of {', '.join(f'{b / 1e6:.2f}' for b in m['buckets'])} M")
-        parts.append(f"### {model} ({desc})\n")
+        parts.append(f"### {model} ({desc}; evaluated {m['evaluated']})\n")
         for cap in m["captures"]:
             hdr = ["scheme", "wire bits"] + [c for c, _, _ in columns]
             tab = []
@@ -420,10 +440,10 @@ def plot_results(results, metas, row_list, path):
     for j, model in enumerate(models):
         res, m = results[model], metas[model]
         caps = m["captures"]
-        show = [caps[0], caps[-1]] if len(caps) > 1 else caps
+        show = list(dict.fromkeys([caps[0], caps[-1]]))
         if any(c.startswith("ft") for c in caps):
             pre = [c for c in caps if not c.startswith("ft")]
-            show = [pre[0], pre[-1], [c for c in caps if c.startswith("ft")][-1]]
+            show = list(dict.fromkeys([pre[0], pre[-1], [c for c in caps if c.startswith("ft")][-1]]))
         ax = axes[0][j]
         col = "ring n=4"
         for ci, cap in enumerate(show):
@@ -443,7 +463,7 @@ def plot_results(results, metas, row_list, path):
         ax.set_title(f"{model} ({m['params'] / 1e6:.1f} M): star = dynamiq 5; grey = fp16 / bf16 (-.)")
         ax.legend(fontsize=7, ncol=2)
         ax = axes[1][j]
-        cap = show[-1] if not show[-1].startswith("ft") else show[1]
+        cap = [c for c in show if not c.startswith("ft")][-1]
         labs = ["dynamiq 5", "MXFP8 (E4M3)", "dynamiq 6.25", "MXFP6 (E3M2)", "bitsplit INT6 /128"]
         rec0 = res[(cap, labs[0], col)]
         cats = [c for c in CATS if rec0["ref"][c] > 0]
