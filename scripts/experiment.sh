@@ -8,8 +8,8 @@
 #   bash scripts/experiment.sh netbed     # emulated cluster, 1 and 10 Gbit/s (root, ~10 min)  -> results/allreduce_netbed/
 #   bash scripts/experiment.sh vnmse      # the paper's error tables on real gradients (~10 min) -> results/vnmse/,
 #                                         #   and lossless per tensor                           -> results/lossless_tensors/
-#   bash scripts/experiment.sh equal_bits # vNMSE at equal wire bits, TinyGPT and a 21M Llama (~60 min,
-#                                         #   ~15 with experiments/out/llm_grads/*.pt cached) -> results/vnmse_equal_bits/
+#   bash scripts/experiment.sh equal_bits # vNMSE at equal wire bits, TinyGPT and a 21M Llama (~100 min on
+#                                         #   2 loaded cores, ~20 with experiments/out/llm_grads/*.pt) -> results/vnmse_equal_bits/
 #   bash scripts/experiment.sh topology   # vNMSE against world size 2..64 (~10 min)           -> results/topology/
 #   bash scripts/experiment.sh train      # time to accuracy, 4 ranks at 1 Gbit/s (root, 25-45 min) -> results/train/
 #   bash scripts/experiment.sh memory     # host memory per rank of DDP with each hook (~2 min; --pool-table: ~7)

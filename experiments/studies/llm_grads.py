@@ -3,7 +3,7 @@ pre-training run and a fine-tuning stand-in, cached for the error studies
 (vnmse_equal_bits.py). No downloads: the text and the tokenizer come from
 this machine.
 
-    python experiments/studies/llm_grads.py                  # ~25 min on 2 shared cores
+    python experiments/studies/llm_grads.py                  # 72 min on 2 cores loaded by other jobs (~15-20 idle)
     python experiments/studies/llm_grads.py --model tinygpt  # the vnmse.py TinyGPT gradients (~3 min)
 
 Writes experiments/out/llm_grads/<model>.pt (`--cache FILE` elsewhere):
@@ -16,8 +16,8 @@ Model (`--model llama`): a Llama-style decoder from `transformers`
 (LlamaConfig, random init: RMSNorm, rotary positions, SwiGLU MLP, tied input
 and output embedding as in Llama 3.2 1B and Gemma 1B), d=512, 4 layers, 8
 heads, MLP 1408, a byte-level BPE vocabulary of 16,384 trained with
-`tokenizers` on the two corpora. 21.3 M parameters (8.4 M of them the tied
-embedding).
+`tokenizers` on the two corpora. 21.24 M parameters (8.39 M of them the tied
+embedding). Sized for 2 CPU cores: 4 layers, 64-token sequences, 2 per worker, 80 + 12 steps.
 
 Data: pre-training corpus = Debian's man pages (/usr/share/man/man[1-8],
 gzip'd groff, decompressed in Python, markup stripped), a seeded sample of

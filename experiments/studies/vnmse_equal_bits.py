@@ -2,13 +2,13 @@
 the gradients of two models, early and late in training, with a per-tensor
 breakdown.
 
-    python experiments/studies/vnmse_equal_bits.py            # gradients cached: ~15 min on 2 cores
+    python experiments/studies/vnmse_equal_bits.py            # gradients cached: ~20 min on 2 loaded cores
     python experiments/studies/vnmse_equal_bits.py --models tinygpt --captures step0 step600 --out experiments/out/eqb
 
 Writes experiments/results/vnmse_equal_bits/ (`--out DIR` for a scratch run elsewhere).
 
 Gradients: experiments/studies/llm_grads.py's caches (experiments/out/llm_grads/<model>.pt,
-made first if missing: `llama` ~25 min, `tinygpt` ~3 min): 8 workers' gradients per
+made first if missing: `llama` 72 min and `tinygpt` 12 min on the loaded 2-core machine): 8 workers' gradients per
 capture point, per named parameter. Each capture point is laid out as DDP does
 (parameters in reverse order, buckets closed at `--first-bucket-mb` 1 MB then
 `--bucket-mb` 25 MB of float32) and every bucket is all-reduced on its own
@@ -16,7 +16,7 @@ capture point, per named parameter. Each capture point is laid out as DDP does
 
 Rows, by wire bits per coordinate (metadata included):
   4.25 / 6.25 / 8.25: dynamiq `bits=b` (budget b exactly, checked), MXFP4 / MXFP6 /
-      MXFP8 (torchao's OCP MX quantiser, block 32, E8M0 scale, round to nearest, at every hop
+      MXFP8 (OCP MX: block 32, E8M0 scale, round to nearest, torchao's rule, at every hop
       of the same schedule as in vnmse.py), bitsplit INT4 / INT6 / INT8 with groups of 128
       (code width + a bf16 scale and a bf16 zero per 128 values = +0.25; checked from the
       codec's own count), stochastic rounding, no spike reserve.
