@@ -4,7 +4,7 @@ pre-training run and a fine-tuning stand-in, cached for the error studies
 this machine.
 
     python experiments/studies/llm_grads.py                  # 72 min on 2 cores loaded by other jobs (~15-20 idle)
-    python experiments/studies/llm_grads.py --model tinygpt  # the vnmse.py TinyGPT gradients (~3 min)
+    python experiments/studies/llm_grads.py --model tinygpt  # the vnmse.py TinyGPT gradients (40 min loaded)
 
 Writes experiments/out/llm_grads/<model>.pt (`--cache FILE` elsewhere):
 per capture point, per named parameter, the 8 workers' gradients (bf16 by

@@ -8,7 +8,7 @@ breakdown.
 Writes experiments/results/vnmse_equal_bits/ (`--out DIR` for a scratch run elsewhere).
 
 Gradients: experiments/studies/llm_grads.py's caches (experiments/out/llm_grads/<model>.pt,
-made first if missing: `llama` 72 min and `tinygpt` 12 min on the loaded 2-core machine): 8 workers' gradients per
+made first if missing: `llama` 72 min and `tinygpt` 40 min on the loaded 2-core machine): 8 workers' gradients per
 capture point, per named parameter. Each capture point is laid out as DDP does
 (parameters in reverse order, buckets closed at `--first-bucket-mb` 1 MB then
 `--bucket-mb` 25 MB of float32) and every bucket is all-reduced on its own
