@@ -8,6 +8,8 @@
 #   bash scripts/experiment.sh netbed     # emulated cluster, 1 and 10 Gbit/s (root, ~10 min)  -> results/allreduce_netbed/
 #   bash scripts/experiment.sh vnmse      # the paper's error tables on real gradients (~10 min) -> results/vnmse/,
 #                                         #   and lossless per tensor                           -> results/lossless_tensors/
+#   bash scripts/experiment.sh equal_bits # vNMSE at equal wire bits, TinyGPT and a 21M Llama (~100 min on
+#                                         #   2 loaded cores, ~20 with experiments/out/llm_grads/*.pt) -> results/vnmse_equal_bits/
 #   bash scripts/experiment.sh topology   # vNMSE against world size 2..64 (~10 min)           -> results/topology/
 #   bash scripts/experiment.sh train      # time to accuracy, 4 ranks at 1 Gbit/s (root, 25-45 min) -> results/train/
 #   bash scripts/experiment.sh memory     # host memory per rank of DDP with each hook (~2 min; --pool-table: ~7)
@@ -19,7 +21,7 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 PY=.venv/bin/python
 export PATH="$PWD/.venv/bin:$PATH"
-what=${1:?usage: scripts/experiment.sh kernels|allreduce|netbed|vnmse|topology|train|memory [args]}
+what=${1:?usage: scripts/experiment.sh kernels|allreduce|netbed|vnmse|equal_bits|topology|train|memory [args]}
 shift
 export DYNAMIQ_EXPERIMENT="bash scripts/experiment.sh $what${*:+ $*}"  # the header line of the results README
 case "$what" in
@@ -68,6 +70,14 @@ case "$what" in
     $PY -c "import torchao" 2>/dev/null || $PY -m pip install -q --no-deps torchao
     $PY experiments/studies/vnmse.py "$@"
     $PY experiments/studies/lossless_tensors.py ;;
+  equal_bits)
+    $PY -c "import torchao" 2>/dev/null || $PY -m pip install -q --no-deps torchao
+    $PY -c "import transformers, tokenizers" 2>/dev/null || \
+      $PY -m pip install -q "transformers==5.23.0" "tokenizers==0.23.3"
+    # gradient caches (experiments/out/llm_grads/, seed 0): made once, reused by later runs
+    [ -f experiments/out/llm_grads/tinygpt.pt ] || $PY experiments/studies/llm_grads.py --model tinygpt --threads 1
+    [ -f experiments/out/llm_grads/llama.pt ] || $PY experiments/studies/llm_grads.py --model llama
+    $PY experiments/studies/vnmse_equal_bits.py "$@" ;;
   topology)
     $PY experiments/studies/topology.py "$@"
     $PY experiments/studies/topology.py --data identical \
