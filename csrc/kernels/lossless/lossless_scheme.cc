@@ -2,6 +2,9 @@
 // so it needs no statistics and no non-finite scan (inf and nan travel
 // bit-exactly); the plan is the identity plan, so its blocks are exactly mode
 // "none"'s and each block is the same arithmetic on fewer bytes.
+#include <string>
+
+#include "kernels/identity/identity_codec.h"
 #include "kernels/lossless/lossless_codec.h"
 #include "kernels/scheme.h"
 
@@ -22,6 +25,16 @@ class LosslessScheme final : public Scheme {
     // has what was sent).
     info.bits_per_coord = 8.0 * dtype_size(dtype);
     return make_lossless_plan(dtype, numel, num_chunks);
+  }
+  // Its plan is an identity plan: any unit works, so one that divides the shard.
+  Plan make_shard_plan(DType dtype, int64_t numel, int shards, int, const float*, PlanState&,
+                       PlanInfo& info) const override {
+    DQ_CHECK(shards >= 1 && numel % shards == 0, "lossless: the bucket does not split into equal shards");
+    const int64_t unit = identity_shard_unit(numel / shards);
+    DQ_CHECK(unit > 0, "lossless: shards of " + std::to_string(numel / shards) +
+                           " elements must be padded (dynamiq.padded_shard)");
+    info.bits_per_coord = 8.0 * dtype_size(dtype);
+    return make_identity_plan(dtype, numel, shards, int32_t(unit));
   }
 
  private:
