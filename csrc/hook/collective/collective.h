@@ -1,9 +1,9 @@
 // One all-reduce of a bucket, end to end (DESIGN.md "The data path of one bucket"):
 //   1. local pass: the scheme's statistics and the non-finite flag;
-//   2. header exchange: an int64 all-reduce carrying the fingerprint of
-//      everything the ranks must agree on (config, dtype, numel, op, sequence
-//      number), the non-finite count and input-error reports, so every rank
-//      takes the same decision and raises the same error;
+//   2. header exchange (header_exchange.h): an int64 all-reduce carrying the
+//      fingerprint of everything the ranks must agree on (config, dtype, numel,
+//      op, sequence number), the non-finite count and input-error reports, so
+//      every rank takes the same decision and raises the same error;
 //   3. metadata all-reduce of the statistics (over the identity codec and the
 //      same topology, so every rank gets bit-identical statistics);
 //   4. plan, blocks, schedule; 5. execute; 6. the codec's decompress writes the
@@ -14,6 +14,7 @@
 #include <string>
 
 #include "hook/collective/config.h"
+#include "hook/collective/exec_stats.h"
 #include "kernels/scheme.h"
 #include "hook/transport/transport.h"
 
@@ -61,18 +62,17 @@ struct CallArgs {
   std::shared_ptr<void> keep_alive;
 };
 
-struct CallStats {
+// The main all-reduce's executor counts and times, this rank (ExecStats:
+// bytes_sent, bytes_received, messages_sent, t_kernel, t_wait, t_post), and the
+// driver's own.
+struct CallStats : ExecStats {
   Path path = Path::kCompressed;
   int64_t numel = 0;
-  int64_t bytes_sent = 0;       // main all-reduce, this rank
-  int64_t bytes_received = 0;
-  int64_t messages_sent = 0;    // block messages (a two-part message counts once)
   int64_t meta_bytes_sent = 0;  // statistics all-reduce, this rank
   double bits_per_coord = 0.0;  // wire bits per coordinate of one full copy of the bucket
   int64_t width_units[5] = {0, 0, 0, 0, 0};  // dynamiq: super-groups per width 1/2/4/8/16 (other modes: 0)
   int64_t blocks = 0;
-  double t_local = 0.0, t_header = 0.0, t_meta = 0.0, t_plan = 0.0;
-  double t_kernel = 0.0, t_wait = 0.0, t_post = 0.0, t_total = 0.0;
+  double t_local = 0.0, t_header = 0.0, t_meta = 0.0, t_plan = 0.0, t_total = 0.0;
   int64_t pool_bytes = 0;  // message buffers the calling thread keeps after the call (executor_pool_bytes)
   int64_t slices = 1;      // collectives the bucket ran as (CollectiveConfig::max_collective_bytes)
   bool has_u = false;

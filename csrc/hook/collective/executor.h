@@ -3,24 +3,26 @@
 // soon as its bytes exist. With blocks smaller than chunks this pipelines the
 // collective: the receive of block k+1 is in flight while the fused kernel
 // runs on block k and the send of block k-1 drains.
+//
+// Where things live:
+//   buffer_pool.h  message buffers reused across collectives; memory parked after a failure
+//   recv_window.h  receives posted ahead of their ops, bounded by window_bytes
+//   send_window.h  sends in flight, bounded by window_bytes; zero-copy sends from the bucket
+//   executor.cc    the walk over the program: one op at a time, by its Role
+// A new collective (another schedule) plugs in as a Program (schedule.h): the
+// executor runs any program whose ops use the roles below; a new role is one
+// more case in Executor::run_op (a send) or Executor::consume (a receive).
 #pragma once
 
-#include <memory>
+#include <cstdint>
 
-#include "kernels/codec.h"
+#include "hook/collective/buffer_pool.h"
+#include "hook/collective/exec_stats.h"
 #include "hook/collective/schedule.h"
 #include "hook/transport/transport.h"
+#include "kernels/codec.h"
 
 namespace dynamiq {
-
-struct ExecStats {
-  int64_t bytes_sent = 0;
-  int64_t bytes_received = 0;
-  int64_t messages_sent = 0;
-  double t_kernel = 0.0;  // seconds inside codec kernels
-  double t_wait = 0.0;    // seconds blocked waiting for the network
-  double t_post = 0.0;    // seconds inside the transport's isend/irecv/test calls
-};
 
 struct ExecArgs {
   void* bucket = nullptr;       // the rank's input, overwritten with the result
@@ -35,20 +37,9 @@ struct ExecArgs {
 // Tag bit marking the dynamic part of a two-part message.
 constexpr uint32_t kDynamicTagBit = 1u << 30;
 
+// Runs `prog` and adds its counts and times to `st`. On failure parks every
+// buffer and request a backend may still touch (keep_forever) and rethrows.
 void execute(Transport& tr, const Codec& codec, const Plan& plan, const BlockTable& bt,
              const Program& prog, const ExecArgs& args, ExecStats& st);
-
-// Bytes of message buffers the calling thread's pool for `memory` (null: host)
-// holds now: kept for reuse plus in use. See BufferPool in executor.cc.
-size_t executor_pool_bytes(const Memory* memory = nullptr);
-
-// Keeps `p` alive until the process exits. After a failed collective the
-// backend may still write into receives posted earlier (Gloo writes a posted
-// receive whenever its message arrives, waited on or not), so memory they
-// point at must never be freed or reused: execute() parks its own buffers and
-// requests; callers park what they own that a receive may point at.
-void keep_forever(std::shared_ptr<void> p);
-// The same for an object whose ownership the caller gives up (never deleted).
-inline void keep_forever(void* p) { keep_forever(std::shared_ptr<void>(p, [](void*) {})); }
 
 }  // namespace dynamiq

@@ -1,0 +1,46 @@
+// The header exchange before each collective (step 2 in collective.h): one
+// int64 all-reduce that carries the fingerprint of everything the ranks must
+// agree on (config, dtype, numel, op, sequence number, slice, allocator
+// state), the count of ranks holding a non-finite value, and each rank's
+// input-error reports, so that every rank takes the same decision and raises
+// the same error.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "hook/collective/collective.h"
+
+namespace dynamiq {
+
+// One value every rank must hold alike; `name` says what differs when not.
+struct HeaderField {
+  const char* name;
+  uint64_t value;
+};
+
+// The fields of one collective (one slice of a bucket).
+std::vector<HeaderField> collective_header_fields(const CollectiveConfig& cfg, const CallArgs& a, uint32_t slice);
+
+// What this rank reports besides its fields.
+struct HeaderReport {
+  bool nonfinite = false;                      // its bucket holds an inf or NaN
+  InputError input_error = InputError::kNone;  // its input was rejected
+  bool config_error = false;                   // make_scheme rejected its config (InputError::kConfig)
+  bool local_pass_error = false;               // its local pass threw (InputError::kLocalPass)
+};
+
+// What every rank learns, identically.
+struct HeaderVerdict {
+  int64_t nonfinite_ranks = 0;
+  std::string error;  // non-empty: every rank raises this
+};
+
+// Header: [count, nonfinite, errors[kNumInputErrors], then per field and per
+// 16-bit piece the pair (v, v*v)]. Ranks agree on a field iff for every piece
+// n * sum(v^2) == (sum v)^2 (equality in Cauchy-Schwarz). Integer sums are
+// exact, so every rank evaluates the same verdict.
+HeaderVerdict exchange_header(Transport& tr, const std::vector<HeaderField>& fields, const HeaderReport& report);
+
+}  // namespace dynamiq

@@ -1,0 +1,73 @@
+#include "hook/collective/recv_window.h"
+
+namespace dynamiq {
+
+void ReceiveWindow::post_at(size_t idx) {
+  const Op& op = env_.op(idx);
+  const Block& b = env_.block(op);
+  // Final bytes that are the result itself go straight into the bucket. Safe
+  // to post early: they can only arrive after this rank's own contribution
+  // to the block (read from that same memory) has been delivered.
+  uint8_t* view = op.role == Role::kRecvFinal ? env_.codec.output_view(env_.args.out, env_.plan, b) : nullptr;
+  PostedRecv pr;
+  pr.op = idx;
+  pr.static_bytes = env_.codec.static_bytes(env_.plan, b);
+  pr.one_part = env_.one_part(b);
+  DQ_CHECK(!(view && pr.one_part), "executor: an output view for a two-part message");
+  pr.buf = view ? BufferPool::view(view, 0) : env_.pool.get(env_.max_message_bytes(b));
+  const size_t bytes = pr.one_part ? env_.max_message_bytes(b) : pr.static_bytes;
+  env_.timer.post([&] { pr.req = env_.tr.irecv(pr.buf->data(), bytes, op.peer, op.tag); });
+  inflight_ += int64_t(pr.buf->capacity);
+  posted_.push_back(std::move(pr));
+}
+
+void ReceiveWindow::post_upto(size_t must_include) {
+  const auto& ops = env_.prog.ops;
+  for (; next_ < ops.size(); ++next_) {
+    if (!is_recv(ops[next_].role)) continue;
+    if (next_ > must_include && (env_.ordered || inflight_ >= env_.args.window_bytes)) break;
+    post_at(next_);
+  }
+}
+
+void ReceiveWindow::post_next() { post_at(next_++); }
+
+void ReceiveWindow::expect_front(size_t op) const {
+  DQ_CHECK(!posted_.empty() && posted_.front().op == op, "executor: receive order broken");
+}
+
+PostedRecv ReceiveWindow::pop_front() {
+  PostedRecv pr = std::move(posted_.front());
+  posted_.pop_front();
+  inflight_ -= int64_t(pr.buf->capacity);
+  return pr;
+}
+
+void ReceiveWindow::wait_first_part(PostedRecv& r) {
+  if (r.first_part_done) return;
+  env_.timer.wait(*r.req);
+  const Block& b = env_.block(env_.op(r.op));
+  r.dyn = env_.codec.dynamic_bytes(r.buf->data(), env_.plan, b);
+  if (r.dyn > env_.codec.max_dynamic_bytes(env_.plan, b))
+    throw MalformedMessage(env_.codec.name() + ": dynamic part larger than its bound");
+  r.first_part_done = true;
+}
+
+void ReceiveWindow::post_second_part(PostedRecv& r) {
+  if (r.dyn == 0 || r.one_part) return;
+  const Op& op = env_.op(r.op);
+  env_.timer.post([&] {
+    r.dreq = env_.tr.irecv(r.buf->data() + r.static_bytes, r.dyn, op.peer, op.tag | kDynamicTagBit);
+  });
+}
+
+void ReceiveWindow::park() {
+  for (auto& r : posted_) {
+    keep_forever(r.req.release());
+    if (r.dreq) keep_forever(r.dreq.release());
+    keep_forever(r.buf);
+  }
+  posted_.clear();
+}
+
+}  // namespace dynamiq
