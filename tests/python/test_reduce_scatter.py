@@ -27,9 +27,9 @@ from dist_utils import run_ranks
 from test_modes_multiprocess import dynamiq_vnmse_bound
 
 UNIT = {torch.float32: 2.0 ** -24, torch.bfloat16: 2.0 ** -8}
-# shard sizes: 1 and 333 (identity unit 111 / one unit per shard); 1024 (whole
+# shard sizes: 333 (identity unit 111); 1024 (whole
 # super-groups); 4099 (prime, > 4096: staged with zero padding)
-SHARDS = (1, 333, 1024, 4099)
+SHARDS = (333, 1024, 4099)
 
 
 def bits_of(t):
