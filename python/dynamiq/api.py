@@ -230,6 +230,25 @@ def shard_error(kind: str, output: torch.Tensor, input: torch.Tensor, world: int
     return 0, ""
 
 
+_staging = threading.local()
+
+
+def _staging_buffer(slot: str, numel: int, like: torch.Tensor) -> torch.Tensor:
+    """A buffer of `numel` elements for staging padded shards, kept per thread (the group's
+    worker), slot, dtype and device, and reused by the next call that fits: a fresh 64 MB
+    buffer each call cost 6x the copy itself in page faults (measured on the 2-core VM: 323 ms
+    against 52 ms). It grows to the largest staged size and lives as long as the worker."""
+    cache = getattr(_staging, "buffers", None)
+    if cache is None:
+        cache = _staging.buffers = {}
+    key = (slot, like.dtype, like.device)
+    buf = cache.get(key)
+    if buf is None or buf.numel() < numel:
+        cache.pop(key, None)  # (freed before the larger one is made)
+        buf = cache[key] = torch.empty(numel, dtype=like.dtype, device=like.device)
+    return buf[:numel]
+
+
 def _overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:
     a0, b0 = a.data_ptr(), b.data_ptr()
     return a0 < b0 + b.numel() * b.element_size() and b0 < a0 + a.numel() * a.element_size()
@@ -262,12 +281,13 @@ def run_sharded(kind: str, output: torch.Tensor, input: torch.Tensor, group_name
         mp = _C.padded_shard(cpp, k, world, m)
         src = input.view(-1)
         if mp != m:
-            src = input.new_zeros((world, mp))
-            src[:, :m].copy_(input.view(world, m))
-            src = src.view(-1)
+            src = _staging_buffer("input", world * mp, input)
+            grid = src.view(world, mp)
+            grid[:, :m].copy_(input.view(world, m))
+            grid[:, m:].zero_()
         dst = output.view(-1)
         if mp != m or _overlaps(dst, src):
-            dst = output.new_empty(mp)
+            dst = _staging_buffer("output", mp, output)
         stats = _C.sharded(k, (src, dst), group_name, cpp, op, seq, u, 0, device, input.numel())
         if dst.data_ptr() != output.data_ptr():
             output.view(-1).copy_(dst[:m])
@@ -276,7 +296,7 @@ def run_sharded(kind: str, output: torch.Tensor, input: torch.Tensor, group_name
     mp = _C.padded_shard(cpp, k, world, m)
     buf = output.view(-1)
     if mp != m:
-        buf = output.new_empty(world * mp)
+        buf = _staging_buffer("input", world * mp, output)
         slot = buf.view(world, mp)[rank]
         slot[m:].zero_()
         slot[:m].copy_(input.view(-1))
