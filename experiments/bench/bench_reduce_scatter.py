@@ -265,16 +265,16 @@ def report(rows: list, rate_bps: float) -> str:
     out = []
     coll = [r for r in rows if not r["method"].startswith("fsdp:")]
     if coll:
-        headers = ["world", "size", "method", "median ms", "spread", "bytes sent/rank", "speedup vs gloo",
-                   "ideal (bytes)"] + (["% of wire bound"] if rate_bps else [])
+        headers = ["world", "size", "shard (elements)", "method", "median ms", "spread", "bytes sent/rank",
+                   "speedup vs gloo", "ideal (bytes)"] + (["% of wire bound"] if rate_bps else [])
         table = []
         for r in coll:
             ag = r["method"].startswith("ag:") or r["method"] == "gloo_ag"
             base = next((b for b in coll if b["method"] == ("gloo_ag" if ag else "gloo") and b["world"] == r["world"]
                          and b["bytes"] == r["bytes"] and not b["error"]), None)
-            cells = [str(r["world"]), benchlib.fmt_bytes(r["bytes"]), r["method"]]
+            cells = [str(r["world"]), benchlib.fmt_bytes(r["bytes"]), str(r["bytes"] // 4 // r["world"]), r["method"]]
             if r["error"]:
-                table.append(cells + ["failed: " + r["error"]] + [""] * (len(headers) - 4))
+                table.append(cells + ["failed: " + r["error"]] + [""] * (len(headers) - 5))
                 continue
             n = r["world"]
             gloo_bytes = (n - 1) / n * r["bytes"]  # a ring reduce-scatter's (or all-gather's) bytes per rank
