@@ -34,6 +34,7 @@ cmake -S . -B build/cpp -G Ninja -DDYNAMIQ_BUILD_PYTHON=OFF -DDYNAMIQ_BUILD_TEST
   || { cat build/cpp-configure.log; exit 1; }
 grep "dynamiq: CUDA\|dynamiq: curand" build/cpp-configure.log || true  # ON: nvcc compiles the CUDA code in this run
 ninja -C build/cpp -j "$JOBS" >build/cpp-build.log 2>&1 || { tail -60 build/cpp-build.log; exit 1; }
+bash scripts/check_avx512_isolation.sh build/cpp  # nothing AVX-512 the rest of the library could bind to
 stage "C++ tests, then again with codec calls split over 2 threads (DYNAMIQ_CPU_THREADS=2; results must not change);
    beside them: the CUDA kernels and GPU tests on the CPU emulation of CUDA (threads of a block in index order)"
 bg_start build/cpp-emu-tests.log build/cpp/dynamiq_cuda_emu_tests --gtest_brief=1

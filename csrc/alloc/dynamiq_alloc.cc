@@ -195,6 +195,19 @@ std::string fmt_bits(double x) {
   return buf;
 }
 
+// Bisection of (a, b] (a < b) for a predicate false up to some k and true from
+// there on, taken as true at b: that k (b if none below). Ends with a window
+// of one, so the k before it is the largest in [a, b) where it is false.
+template <class Fits>
+int64_t first_fitting(int64_t a, int64_t b, Fits fits) {
+  while (b - a > 1) {
+    const int64_t mid = a + (b - a) / 2;
+    if (fits(mid)) b = mid;
+    else a = mid;
+  }
+  return b;
+}
+
 // Exact solver: the smallest pattern k (smallest C) whose cost fits, given
 // that k = 0 does not fit and k = +inf does. Sorting every statistic would do
 // (cost = binary searches), but only the statistics near the final
@@ -234,22 +247,16 @@ int64_t exact_search(const std::vector<float>& f, const Problem& pr, int& passes
     lo_bytes = pr.bytes(lo), hi_bytes = pr.bytes(hi);
   };
   int64_t lo_b, hi_b;
-  int64_t a = 0, b = kPatternInf;  // k_hi: smallest k whose upper bound fits
-  while (b - a > 1) {
-    const int64_t mid = a + (b - a) / 2;
-    bounds(mid, lo_b, hi_b);
-    if (pr.fits(hi_b)) b = mid;
-    else a = mid;
-  }
-  const int64_t k_hi = b;
-  a = 0, b = k_hi;  // k_lo: largest k < k_hi whose lower bound does not fit
-  while (b - a > 1) {
-    const int64_t mid = a + (b - a) / 2;
-    bounds(mid, lo_b, hi_b);
-    if (pr.fits(lo_b)) b = mid;
-    else a = mid;
-  }
-  const int64_t k_lo = a;
+  // k_hi: smallest k whose upper bound fits
+  const int64_t k_hi = first_fitting(0, kPatternInf, [&](int64_t k) {
+    bounds(k, lo_b, hi_b);
+    return pr.fits(hi_b);
+  });
+  // k_lo: largest k < k_hi whose lower bound does not fit
+  const int64_t k_lo = first_fitting(0, k_hi, [&](int64_t k) {
+    bounds(k, lo_b, hi_b);
+    return pr.fits(lo_b);
+  }) - 1;
 
   // Bins crossed by each threshold for k in [k_lo, k_hi].
   const Rule r_lo = pr.rule(k_lo), r_hi = pr.rule(k_hi);
@@ -280,13 +287,7 @@ int64_t exact_search(const std::vector<float>& f, const Problem& pr, int& passes
     ++passes;
     return pr.bytes(above);
   };
-  a = k_lo, b = k_hi;
-  while (b - a > 1) {
-    const int64_t mid = a + (b - a) / 2;
-    if (pr.fits(cost(mid))) b = mid;
-    else a = mid;
-  }
-  return b;
+  return first_fitting(k_lo, k_hi, [&](int64_t k) { return pr.fits(cost(k)); });
 }
 
 // Per threshold p < nt, the largest f[j] in [lo[p], hi[p]) (0 if none), in

@@ -1,59 +1,21 @@
+// Scheme's device dispatch and default local pass: see scheme.h.
 #include "kernels/scheme.h"
 
-#include "kernels/base/float_bits.h"
-#include "kernels/identity/identity_codec.h"
+#include "kernels/registry.h"
 
 namespace dynamiq {
 
-namespace {
-
-class NoneScheme final : public Scheme {
- public:
-  const Codec& codec() const override { return codec_; }
-  bool exact() const override { return true; }
-  bool local_pass(const void*, DType, int64_t, float*) const override { return false; }
-  bool device_local_pass(const Device&, const void*, DType, int64_t, float*) const override { return false; }
-  std::unique_ptr<Codec> device_codec(const Device& d) const override { return d.identity_codec(); }
-  Plan make_plan(DType dtype, int64_t numel, int num_chunks, int, const float*, PlanState&,
-                 PlanInfo& info) const override {
-    info.bits_per_coord = 8.0 * dtype_size(dtype);
-    return make_identity_plan(dtype, numel, num_chunks);
-  }
-
- private:
-  IdentityCodec codec_;
-};
-
-}  // namespace
-
-bool has_nonfinite(const void* data, DType dtype, int64_t numel) {
-  // Exponent all ones <=> inf or nan; OR-reduce so the loop vectorises.
-  if (dtype == DType::kF32) {
-    const uint32_t* p = static_cast<const uint32_t*>(data);
-    uint32_t bad = 0;
-    for (int64_t i = 0; i < numel; ++i) bad |= uint32_t((p[i] & 0x7f800000u) == 0x7f800000u);
-    return bad != 0;
-  }
-  const uint16_t mask = dtype == DType::kBF16 ? 0x7f80u : 0x7c00u;
-  const uint16_t* p = static_cast<const uint16_t*>(data);
-  uint32_t bad = 0;
-  for (int64_t i = 0; i < numel; ++i) bad |= uint32_t((p[i] & mask) == mask);
-  return bad != 0;
+bool Scheme::local_pass(const void* data, DType dtype, int64_t numel, float* stats) const {
+  (void)stats;
+  DQ_CHECK(stats_count(dtype, numel) == 0, "a scheme with statistics must define its local pass");
+  return !exact() && has_nonfinite(data, dtype, numel);
 }
 
-std::unique_ptr<Scheme> make_none_scheme(const CollectiveConfig&) {
-  return std::make_unique<NoneScheme>();
+bool Scheme::device_local_pass(const Device& d, const void* data, DType dtype, int64_t numel, float* stats) const {
+  if (stats_count(dtype, numel) > 0) return dynamiq::device_local_pass(mode_, codec(), d, data, dtype, numel, stats);
+  return !exact() && d.has_nonfinite(data, dtype, numel);
 }
 
-std::unique_ptr<Scheme> make_scheme(const CollectiveConfig& cfg) {
-  switch (cfg.mode) {
-    case Mode::kNone: return make_none_scheme(cfg);
-    case Mode::kDynamiq: return make_dynamiq_scheme(cfg);
-    case Mode::kLossless: return make_lossless_scheme(cfg);
-    case Mode::kBitsplit: return make_bitsplit_scheme(cfg);
-    default: break;
-  }
-  throw Error(std::string("mode '") + mode_name(cfg.mode) + "' is not available in this build");
-}
+std::unique_ptr<Codec> Scheme::device_codec(const Device& d) const { return make_device_codec(mode_, codec(), d); }
 
 }  // namespace dynamiq

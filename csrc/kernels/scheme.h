@@ -1,9 +1,12 @@
 // A Scheme is one compression mode as the driver sees it: an optional local
-// statistics pass (whose output is all-reduced), a planner, and a codec.
+// statistics pass (whose output is all-reduced), a planner, and a codec. Each
+// codec folder defines its scheme in <codec>_scheme.cc; the registry
+// (registry.h) makes them.
 #pragma once
 
 #include <memory>
 
+#include "kernels/base/nonfinite.h"
 #include "kernels/codec.h"
 #include "kernels/device.h"
 #include "hook/collective/config.h"
@@ -39,20 +42,27 @@ class Scheme {
   // True for modes whose result is exact (none, lossless): non-finite values
   // pass through them unchanged, so no fallback is needed.
   virtual bool exact() const = 0;
+  // True for the scheme whose all-reduce is the driver's exact path itself
+  // (mode none: the identity codec in natural order). The driver then takes
+  // that path (Path::kExactMode) and skips the local pass.
+  virtual bool identity() const { return false; }
   // Number of floats of per-bucket statistics to all-reduce before planning.
   virtual int64_t stats_count(DType dtype, int64_t numel) const {
     (void)dtype, (void)numel;
     return 0;
   }
   // One local pass over the bucket: fills `stats` (stats_count floats) and
-  // returns true if the bucket holds a non-finite value. Exact schemes may
-  // skip the scan and return false.
-  virtual bool local_pass(const void* data, DType dtype, int64_t numel, float* stats) const = 0;
-  // The same on a device's data (stats still written to host memory), and the
-  // device's version of codec().
-  virtual bool device_local_pass(const Device& d, const void* data, DType dtype, int64_t numel,
-                                 float* stats) const = 0;
-  virtual std::unique_ptr<Codec> device_codec(const Device& d) const = 0;
+  // returns true if the bucket holds a non-finite value. A scheme with
+  // statistics overrides it; the default has none and runs the non-finite
+  // scan (has_nonfinite) for a lossy scheme, nothing for an exact one.
+  virtual bool local_pass(const void* data, DType dtype, int64_t numel, float* stats) const;
+  // The same on a device's data (stats still written to host memory): the
+  // device local pass registered for the mode (kernels/registry.h) when the
+  // scheme has statistics, else Device::has_nonfinite for a lossy scheme.
+  bool device_local_pass(const Device& d, const void* data, DType dtype, int64_t numel, float* stats) const;
+  // The device's version of codec(): the device codec factory registered for
+  // the mode and d.name(). Throws Error if there is none.
+  std::unique_ptr<Codec> device_codec(const Device& d) const;
   // False if no plan of a bucket of `numel` elements fits the scheme's wire
   // budget (mode dynamiq: a partial last super-group is padded to S on the
   // wire, so for some sizes even the narrowest widths exceed bits * numel).
@@ -78,6 +88,13 @@ class Scheme {
   // cut exactly at the shards (Error otherwise).
   virtual Plan make_shard_plan(DType dtype, int64_t numel, int shards, int world, const float* global_stats,
                                PlanState& state, PlanInfo& info) const;
+
+  // The registry id of the mode this scheme was made for (make_scheme sets it).
+  Mode mode() const { return mode_; }
+
+ private:
+  friend std::unique_ptr<Scheme> make_scheme(const CollectiveConfig& cfg);
+  Mode mode_ = kModeNone;
 };
 
 // The unit of an identity plan whose chunks are shards of `shard` elements:
@@ -86,25 +103,7 @@ class Scheme {
 // for an empty shard.
 int64_t identity_shard_unit(int64_t shard);
 
-// The exact (uncompressed) scheme: identity codec, natural order.
-std::unique_ptr<Scheme> make_none_scheme(const CollectiveConfig& cfg);
-
-// Mode "dynamiq": variable-width non-uniform quantisation (scheme_dynamiq.cc).
-std::unique_ptr<Scheme> make_dynamiq_scheme(const CollectiveConfig& cfg);
-
-// Mode "lossless": exponent-coded, bit-identical to none (scheme_lossless.cc).
-std::unique_ptr<Scheme> make_lossless_scheme(const CollectiveConfig& cfg);
-// Mode "bitsplit": INT2-INT8 bit-split group quantisation (scheme_bitsplit.cc).
-std::unique_ptr<Scheme> make_bitsplit_scheme(const CollectiveConfig& cfg);
-
-// Factory for cfg.mode. Throws Error for a mode this build does not provide
-// and for a config the mode rejects (group sizes, eps, widths, bits, ...):
-// everything that would otherwise fail later, inside planning or a codec, is
-// checked here, so a config it accepts never fails inside a collective for
-// its own sake (the Python binding validate_config calls it).
-std::unique_ptr<Scheme> make_scheme(const CollectiveConfig& cfg);
-
-// True if any element of the bucket is inf or nan.
-bool has_nonfinite(const void* data, DType dtype, int64_t numel);
+// Schemes are made by make_scheme (kernels/registry.h), from the factory a
+// mode registers there.
 
 }  // namespace dynamiq

@@ -170,7 +170,7 @@ void allreduce_table(int64_t n) {
         int64_t sent[2] = {0, 0};
         for (int mode = 0; mode < 2; ++mode) {
           CollectiveConfig cfg;
-          cfg.mode = mode == 0 ? Mode::kBitsplit : Mode::kNone;
+          cfg.mode = mode == 0 ? mode_id("bitsplit") : mode_id("none");
           cfg.topology = topo;
           cfg.bits = st.bits;
           cfg.spike_reserve = st.sp;

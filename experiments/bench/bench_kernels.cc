@@ -34,6 +34,7 @@
 
 #include "kernels/dynamiq/dynamiq_codec.h"
 #include "kernels/dynamiq/dynamiq_stats.h"
+#include "kernels/base/cpu_isa.h"
 #include "kernels/base/float_bits.h"
 #include "kernels/base/parallel.h"
 

@@ -27,13 +27,13 @@ using namespace dynamiq;
 int main() {
   const int64_t numel = 256 * 64 + 11;
   std::printf("| mode | topology | ranks | pairs breaking it, default posting | pairs breaking it, ordered posting | first offence (ordered posting, else default) | one stream per rank, default posting | one stream per rank, ordered posting | rounds, ordered posting |\n|---|---|---:|---:|---:|---|---|---|---:|\n");
-  for (Mode mode : {Mode::kNone, Mode::kDynamiq, Mode::kBitsplit, Mode::kLossless})
+  for (Mode mode : {mode_id("none"), mode_id("dynamiq"), mode_id("bitsplit"), mode_id("lossless")})
     for (Topology topo : {Topology::kRing, Topology::kButterfly, Topology::kTwoStep})
       for (int n : {2, 3, 4, 5, 8}) {
         CollectiveConfig cfg;
         cfg.mode = mode;
         cfg.topology = topo;
-        cfg.bits = mode == Mode::kBitsplit ? 4.0 : 5.0;
+        cfg.bits = mode == mode_id("bitsplit") ? 4.0 : 5.0;
         cfg.block_bytes = 4096;  // several blocks per chunk
         std::vector<std::vector<float>> x(static_cast<size_t>(n), std::vector<float>(size_t(numel)));
         std::mt19937 g{uint32_t(n)};

@@ -27,7 +27,7 @@ __version__ = "0.1.0"
 
 
 def available_modes():
-    """Modes this build provides."""
+    """Modes this build provides, by id: the C++ codec registry's list (valid `Config.mode` values)."""
     return list(_C.available_modes())
 
 

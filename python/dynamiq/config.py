@@ -8,19 +8,25 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-MODES = ("none", "dynamiq", "lossless", "bitsplit")
 TOPOLOGIES = ("ring", "butterfly", "twostep")
 _ALLOWED_WIDTHS = (1, 2, 4, 8, 16)
 _DYNAMIQ_ROUNDING = ("correlated", "independent")
 _BITSPLIT_ROUNDING = ("stochastic", "nearest")
 
 
+def _modes() -> list:
+    """The modes of this build, by id: the C++ codec registry's list (csrc/kernels/registry.h)."""
+    from . import _C
+
+    return list(_C.available_modes())
+
+
 def _sg_bits(width: int, S: int, s: int, hierarchical: bool) -> float:
-    """Wire bits per coordinate of a super-group (csrc/kernels/dynamiq/dynamiq_format.h)."""
-    if width == 16:
-        return 16.0
-    scale_bytes = (2 + S // s) if hierarchical else 2 * (S // s)
-    return 8.0 * (scale_bytes + (S * width + 7) // 8) / S
+    """Wire bits per coordinate of a dynamiq super-group: the C++ wire format's size
+    (csrc/kernels/dynamiq/dynamiq_format.h), asked from `_C`."""
+    from . import _C
+
+    return 8.0 * _C.dynamiq_sg_bytes(width, S, s, hierarchical) / S
 
 
 class ConfigError(ValueError):
@@ -122,8 +128,9 @@ class Config:
     max_collective_bytes: int = 256 * 1024 * 1024
 
     def __post_init__(self) -> None:
-        if self.mode not in MODES:
-            raise _err("mode", self.mode, ", ".join(MODES))
+        modes = _modes()
+        if self.mode not in modes:
+            raise _err("mode", self.mode, ", ".join(modes))
         if self.topology not in TOPOLOGIES:
             raise _err("topology", self.topology, ", ".join(TOPOLOGIES))
         for name in ("log_scales", "uniform_levels", "hierarchical_scales"):
@@ -251,7 +258,7 @@ class Config:
         from . import _C
 
         c = _C.CollectiveConfig()
-        c.mode = MODES.index(self.mode)
+        c.mode = _C.mode_id(self.mode)
         c.topology = TOPOLOGIES.index(self.topology)
         c.seed = self.seed
         c.bits = float(self.bits)

@@ -153,7 +153,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--world", type=int, default=2,
                    help="local worker processes (default 2; 1-16; more than the CPU count just runs slower)")
     p.add_argument("--steps", type=int, default=40, help="training steps (>= 1)")
-    p.add_argument("--mode", default="dynamiq", choices=["none", "dynamiq", "lossless", "bitsplit"])
+    p.add_argument("--mode", default="dynamiq", help="a mode of dynamiq.available_modes() (default dynamiq)")
     p.add_argument("--topology", default="ring", choices=["ring", "butterfly", "twostep"])
     p.add_argument("--bits", type=float, default=None,
                    help="dynamiq budget (default 5.0) / bitsplit width (default 4)")

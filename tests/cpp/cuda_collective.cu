@@ -278,18 +278,18 @@ std::vector<CallStats> host_all_reduce(const CollectiveConfig& cfg, std::vector<
 TEST(CudaCollective, TheDriverOnTheDeviceEqualsTheHostInEveryMode) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
   const int64_t numel = 256 * 40 + 5;
-  for (Mode mode : {Mode::kNone, Mode::kDynamiq, Mode::kBitsplit, Mode::kLossless})
+  for (Mode mode : {mode_id("none"), mode_id("dynamiq"), mode_id("bitsplit"), mode_id("lossless")})
     for (Topology topo : {Topology::kRing, Topology::kButterfly, Topology::kTwoStep})
       for (int n : {2, 3})
         for (DType dt : {DType::kF32, DType::kBF16})
           for (bool inf : {false, true}) {
-            if (inf && (mode == Mode::kNone || mode == Mode::kLossless)) continue;
+            if (inf && (mode == mode_id("none") || mode == mode_id("lossless"))) continue;
             SCOPED_TRACE(std::string(mode_name(mode)) + " " + topology_name(topo) + " n=" + std::to_string(n) + " " +
                          dtype_name(dt) + (inf ? " with an inf" : ""));
             CollectiveConfig cfg;
             cfg.mode = mode;
             cfg.topology = topo;
-            cfg.bits = mode == Mode::kBitsplit ? 3.0 : 5.0;
+            cfg.bits = mode == mode_id("bitsplit") ? 3.0 : 5.0;
             cfg.block_bytes = 4096;  // several blocks per chunk
             auto input = make_input(n, dt, numel);
             if (inf) {
@@ -329,7 +329,7 @@ TEST(CudaCollective, TheDriverOnTheDeviceEqualsTheHostInEveryMode) {
               EXPECT_TRUE(v.empty()) << v[0];
               EXPECT_EQ(world.nccl_stream_deadlock(), "");
             }
-            EXPECT_EQ(hs[0].path, inf ? Path::kExactNonfinite : mode == Mode::kNone ? Path::kExactMode : Path::kCompressed);
+            EXPECT_EQ(hs[0].path, inf ? Path::kExactNonfinite : mode == mode_id("none") ? Path::kExactMode : Path::kCompressed);
             for (int r = 0; r < n; ++r) {
               EXPECT_EQ(dev_out[size_t(r)], host[size_t(r)]) << "rank " << r;
               EXPECT_EQ(ds[size_t(r)].path, hs[size_t(r)].path) << "rank " << r;
@@ -365,7 +365,7 @@ TEST(CudaCollective, SuperGroupsTooLargeForSharedMemoryRaiseBeforeAnySend) {
   const int n = 3;
   const int64_t numel = 8192 * 3;
   CollectiveConfig cfg;
-  cfg.mode = Mode::kDynamiq;
+  cfg.mode = mode_id("dynamiq");
   cfg.supergroup_size = 8192;
   cfg.group_size = 8;
   std::vector<std::string> errors(static_cast<size_t>(n));
@@ -481,18 +481,18 @@ TEST(CudaCollective, TheDriverKeepsAllDeviceWorkOnTheCurrentStream) {
     bool correlated;
   };
   std::vector<Case> cases;
-  for (Mode mode : {Mode::kNone, Mode::kDynamiq, Mode::kBitsplit, Mode::kLossless})
+  for (Mode mode : {mode_id("none"), mode_id("dynamiq"), mode_id("bitsplit"), mode_id("lossless")})
     for (Topology topo : {Topology::kRing, Topology::kButterfly}) cases.push_back({mode, topo, false, true});
-  cases.push_back({Mode::kDynamiq, Topology::kRing, true, true});
-  cases.push_back({Mode::kBitsplit, Topology::kRing, true, true});
-  cases.push_back({Mode::kDynamiq, Topology::kTwoStep, false, false});
+  cases.push_back({mode_id("dynamiq"), Topology::kRing, true, true});
+  cases.push_back({mode_id("bitsplit"), Topology::kRing, true, true});
+  cases.push_back({mode_id("dynamiq"), Topology::kTwoStep, false, false});
   for (const Case& c : cases) {
     SCOPED_TRACE(std::string(mode_name(c.mode)) + " " + topology_name(c.topo) + (c.inf ? " with an inf" : "") +
                  (c.correlated ? "" : " independent"));
     CollectiveConfig cfg;
     cfg.mode = c.mode;
     cfg.topology = c.topo;
-    cfg.bits = c.mode == Mode::kBitsplit ? 3.0 : 5.0;
+    cfg.bits = c.mode == mode_id("bitsplit") ? 3.0 : 5.0;
     cfg.correlated = c.correlated;
     cfg.block_bytes = 4096;
     auto input = make_input(n, dt, numel);
@@ -532,7 +532,7 @@ TEST(CudaCollective, TheDriverKeepsAllDeviceWorkOnTheCurrentStream) {
     const std::vector<dynamiq_cuda_emu::ApiCall> log = dynamiq_cuda_emu::api_log();
     dynamiq_cuda_emu::set_api_log(false);
 
-    EXPECT_EQ(ds[0].path, c.inf ? Path::kExactNonfinite : c.mode == Mode::kNone ? Path::kExactMode : Path::kCompressed);
+    EXPECT_EQ(ds[0].path, c.inf ? Path::kExactNonfinite : c.mode == mode_id("none") ? Path::kExactMode : Path::kCompressed);
     std::map<std::string, int> count;
     for (const auto& call : log) {
       const std::string name = call.name;
@@ -570,7 +570,7 @@ TEST(CudaCollective, BufferPoolsArePerDevice) {
   const int n = 2;
   const int64_t numel = 256 * 40;
   CollectiveConfig cfg;
-  cfg.mode = Mode::kDynamiq;
+  cfg.mode = mode_id("dynamiq");
   auto input = make_input(n, DType::kF32, numel);
   std::vector<size_t> on1(static_cast<size_t>(n)), on0(static_cast<size_t>(n));
   InprocWorld world(n, std::chrono::seconds(60), &cuda::device().memory());

@@ -13,7 +13,6 @@
 #include "hook/collective/collective.h"
 #include "hook/transport/inproc_transport.h"
 #include "hook/collective/schedule.h"
-#include "kernels/scheme.h"
 #include "kernels/bitsplit/bitsplit_codec.h"
 #include "kernels/base/float_bits.h"
 #include "test_bitsplit_util.h"
@@ -33,7 +32,7 @@ struct Setting {
 
 CollectiveConfig bitsplit_cfg(Topology t, const Setting& s, int64_t block_bytes) {
   CollectiveConfig c;
-  c.mode = Mode::kBitsplit;
+  c.mode = mode_id("bitsplit");
   c.topology = t;
   c.bits = s.bits;
   c.spike_reserve = s.spike_reserve;
@@ -238,7 +237,7 @@ TEST(BitsplitScheme, NonFiniteInputTakesTheExactPath) {
 
 TEST(BitsplitScheme, FactoryValidatesAndDescribes) {
   CollectiveConfig c;
-  c.mode = Mode::kBitsplit;
+  c.mode = mode_id("bitsplit");
   c.bits = 3;
   auto s = make_scheme(c);
   EXPECT_FALSE(s->exact());

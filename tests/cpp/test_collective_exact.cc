@@ -45,7 +45,7 @@ std::vector<std::vector<float>> integer_inputs(int n, int64_t numel, uint32_t se
 
 CollectiveConfig exact_cfg(Topology t, int64_t block_bytes) {
   CollectiveConfig c;
-  c.mode = Mode::kNone;
+  c.mode = mode_id("none");
   c.topology = t;
   c.block_bytes = block_bytes;
   return c;
@@ -150,11 +150,11 @@ TEST(ExactSum, DefaultBlockBytesPerPath) {
     for (int r = 0; r < n; ++r) EXPECT_EQ(x[size_t(r)][12345], 2.0f);
     return msgs[0];
   };
-  EXPECT_EQ(messages(Mode::kNone, 0), 2 * (16 << 20) / CollectiveConfig::kExactBlockBytes);
-  EXPECT_EQ(messages(Mode::kNone, 1 << 20), 2 * 16);  // an explicit size applies to every path
+  EXPECT_EQ(messages(mode_id("none"), 0), 2 * (16 << 20) / CollectiveConfig::kExactBlockBytes);
+  EXPECT_EQ(messages(mode_id("none"), 1 << 20), 2 * 16);  // an explicit size applies to every path
   // dynamiq, all-ones data: every super-group takes the same width, so the
   // message count is the chunk's wire bytes over 1 MiB, rounded up, twice.
-  const int64_t m = messages(Mode::kDynamiq, 0);
+  const int64_t m = messages(mode_id("dynamiq"), 0);
   EXPECT_GE(m, 2);
   EXPECT_LE(m, 2 * ((int64_t(16) << 20) * 9 / 32 / CollectiveConfig::kCompressedBlockBytes + 1));
   EXPECT_GT(m, 2 * 1) << "compressed path should pipeline in 1 MiB blocks";
@@ -255,7 +255,7 @@ TEST(Header, DisagreeingAllocatorStateRaisesOnEveryRank) {
     std::vector<PlanState> after_first(n);
     world.run([&](int r, Transport& t) {
       CollectiveConfig c;
-      c.mode = Mode::kDynamiq;
+      c.mode = mode_id("dynamiq");
       std::mt19937 g(7 + unsigned(r));
       std::normal_distribution<float> d;
       std::vector<float> x(8192);
@@ -346,20 +346,20 @@ TEST(Header, InvalidConfigOnOneRankAbortsEveryRankPromptly) {
   std::vector<Bad> bads;
   {
     CollectiveConfig c;
-    c.mode = Mode::kBitsplit;
+    c.mode = mode_id("bitsplit");
     c.bits = 4;
     c.group_size = 16;
     bads.push_back({"bitsplit group_size 16", c, "group_size=16"});
   }
   {
     CollectiveConfig c;
-    c.mode = Mode::kDynamiq;
+    c.mode = mode_id("dynamiq");
     c.eps = {{-1.f, -1.f, -1.f, 5.0f}};
     bads.push_back({"dynamiq eps 5", c, "eps must be finite and in [0, 4]"});
   }
   {
     CollectiveConfig c;
-    c.mode = Mode::kDynamiq;
+    c.mode = mode_id("dynamiq");
     c.group_size = 1;
     c.widths_mask = (1u << 8) | (1u << 16);
     bads.push_back({"dynamiq widths {8, 16} with group_size 1", c, "not larger on the wire"});
@@ -374,7 +374,7 @@ TEST(Header, InvalidConfigOnOneRankAbortsEveryRankPromptly) {
         if (r == offender) {
           c = bad.cfg;
         } else {
-          c.mode = Mode::kDynamiq;
+          c.mode = mode_id("dynamiq");
         }
       });
       for (int r = 0; r < n; ++r) {
@@ -398,23 +398,32 @@ TEST(Header, InvalidConfigOnOneRankAbortsEveryRankPromptly) {
 // exchange: its peers raise the common abort at once instead of waiting in
 // the exchange (on NCCL, until the watchdog kills the process), and that rank
 // raises its own exception, type kept. The failure is injected through a
-// Device whose statistics throw; the other ranks run on the host.
+// Device whose statistics throw (its dynamiq local pass, registered with the
+// codec registry); the other ranks run on the host.
 class FailingStatsDevice final : public Device {
  public:
-  explicit FailingStatsDevice(bool bad_alloc) : bad_alloc_(bad_alloc) {}
+  explicit FailingStatsDevice(bool bad_alloc) : bad_alloc_(bad_alloc) {
+    static const bool registered = [] {
+      DeviceCodecFactory f;
+      f.make_codec = [](const Codec&, const Device&) { return std::unique_ptr<Codec>(); };
+      f.local_pass = [](const Codec&, const Device& d, const void*, DType, int64_t, float*) -> bool {
+        static_cast<const FailingStatsDevice&>(d).fail();
+      };
+      register_device_codec("dynamiq", "failing-stats", f);
+      return true;
+    }();
+    (void)registered;
+  }
   std::string name() const override { return "failing-stats"; }
   const Memory& memory() const override { return host_memory(); }
-  bool dynamiq_stats(const void*, DType, int64_t, int32_t, float*) const override {
+  void* stream() const override { return nullptr; }
+  bool has_nonfinite(const void*, DType, int64_t) const override { return false; }
+
+ private:
+  [[noreturn]] void fail() const {
     if (bad_alloc_) throw std::bad_alloc();
     throw Error("injected: statistics kernel failed");
   }
-  bool has_nonfinite(const void*, DType, int64_t) const override { return false; }
-  std::unique_ptr<Codec> identity_codec() const override { return nullptr; }
-  std::unique_ptr<Codec> dynamiq_codec(const DynamiqParams&) const override { return nullptr; }
-  std::unique_ptr<Codec> bitsplit_codec(const BitsplitParams&) const override { return nullptr; }
-  std::unique_ptr<Codec> lossless_codec(const LosslessOptions&) const override { return nullptr; }
-
- private:
   bool bad_alloc_;
 };
 
@@ -427,7 +436,7 @@ TEST(Header, LocalPassFailureOnOneRankAbortsEveryRankPromptly) {
       const int offender = n - 1;
       const FailingStatsDevice failing(bad_alloc);
       const auto out = run_catching(n, kHeaderTimeout, 8192, [&](int r, CollectiveConfig& c, CallArgs& a) {
-        c.mode = Mode::kDynamiq;
+        c.mode = mode_id("dynamiq");
         if (r == offender) a.device = &failing;
       });
       for (int r = 0; r < n; ++r) {
@@ -532,7 +541,7 @@ TEST(Failure, LateMessagesAfterARanksFailureLandInLiveMemory) {
     };
     FaultyTransport t(inner, r == 0, r == 2 ? std::function<void()>(hold) : nullptr);
     CollectiveConfig cfg;
-    cfg.mode = Mode::kDynamiq;
+    cfg.mode = mode_id("dynamiq");
     cfg.topology = Topology::kRing;
     std::vector<float> x(65536, 1.f + float(r));  // statistics of 3+ units: every chunk non-empty
     CallArgs a;

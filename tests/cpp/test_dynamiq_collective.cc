@@ -143,7 +143,7 @@ TEST(DynamiqCollective, FullPathEveryWorldSizeOneToSeventeen) {
         for (int64_t i = 0; i < numel; ++i) ref[size_t(i)] += x[size_t(r)][size_t(i)];
       }
       CollectiveConfig cfg;
-      cfg.mode = Mode::kDynamiq;
+      cfg.mode = mode_id("dynamiq");
       cfg.topology = topo;
       cfg.bits = 5.0;
       cfg.block_bytes = 2048;  // several pipelined blocks per chunk
@@ -206,7 +206,7 @@ TEST(DynamiqCollective, InfeasibleBudgetTakesTheExactPathOnEveryRank) {
       const std::string where =
           "n=" + std::to_string(n) + " bits=" + std::to_string(c.bits) + " numel=" + std::to_string(c.numel);
       CollectiveConfig cfg;
-      cfg.mode = Mode::kDynamiq;
+      cfg.mode = mode_id("dynamiq");
       cfg.bits = c.bits;
       cfg.min_compress_numel = 0;
       // the driver's decision agrees with the allocator's own test
@@ -235,7 +235,7 @@ TEST(DynamiqCollective, InfeasibleBudgetTakesTheExactPathOnEveryRank) {
       }
       EXPECT_EQ(st[0].bits_per_coord, 32.0) << where;
       CollectiveConfig none = cfg;
-      none.mode = Mode::kNone;
+      none.mode = mode_id("none");
       const std::vector<CallStats> sn = run(none, y);
       EXPECT_EQ(sn[0].path, Path::kExactMode) << where;
       for (int r = 0; r < n; ++r)
@@ -252,7 +252,7 @@ TEST(DynamiqCollective, InfeasibleBudgetTakesTheExactPathOnEveryRank) {
 std::vector<float> dynamiq_all_reduce(std::vector<std::vector<float>> x, uint64_t seq, bool correlated) {
   const int n = int(x.size());
   CollectiveConfig cfg;
-  cfg.mode = Mode::kDynamiq;
+  cfg.mode = mode_id("dynamiq");
   cfg.topology = Topology::kRing;
   cfg.bits = 5.0;
   cfg.correlated = correlated;

@@ -9,8 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "kernels/dynamiq/dynamiq_codec.h"
+#include "kernels/base/cpu_isa.h"
 #include "kernels/base/float_bits.h"
+#include "kernels/dynamiq/dynamiq_codec.h"
 
 namespace dynamiq {
 namespace dqtest {

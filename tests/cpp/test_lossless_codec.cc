@@ -456,7 +456,7 @@ TEST(LosslessShared, HuffmanSectionMatchesTheSingleSegmentReference) {
       uint64_t off = 0;
       for (int64_t s = 0; s < L.segments; ++s) {
         const int cnt = lossless::segment_count(L.body, s);
-        const uint32_t sb = lossless::load_u16(sec + 1 + k + (k + 1) / 2 + 2 * s);
+        const uint32_t sb = load_u16(sec + 1 + k + (k + 1) / 2 + 2 * s);
         const uint32_t rb = lossless::huff_encode_segment(ref.data() + s * 1024, cnt, code, clen,
                                                           stream.data() + off);
         ASSERT_EQ(rb, sb) << "segment " << s;

@@ -119,8 +119,8 @@ TEST_P(LosslessCollective, BitIdenticalToNoneOnEveryRankAndNeverMoreBytes) {
         auto a = inputs(t, kind, world, numel, uint32_t(world * 1000 + int(kind) * 10 + int(t)));
         auto b = a;
         const int64_t block_bytes = 2048;  // many pipelined blocks per chunk
-        auto sn = run(Mode::kNone, topo, op, block_bytes, a);
-        auto sl = run(Mode::kLossless, topo, op, block_bytes, b);
+        auto sn = run(mode_id("none"), topo, op, block_bytes, a);
+        auto sl = run(mode_id("lossless"), topo, op, block_bytes, b);
         for (int r = 0; r < world; ++r) {
           ASSERT_EQ(sl[size_t(r)].path, Path::kCompressed);
           ASSERT_EQ(sn[size_t(r)].path, Path::kExactMode);
@@ -157,8 +157,8 @@ TEST_P(LosslessCollective, OnePartMessagesGiveTheSameResultsWithFewerMessages) {
       auto a = inputs(t, kind, world, numel, uint32_t(world * 1000 + int(kind) * 10 + int(t)));
       auto b = a;
       int64_t m2 = 0, m1 = 0;
-      auto s2 = run(Mode::kLossless, topo, ReduceOp::kSum, 2048, a, false, &m2);
-      auto s1 = run(Mode::kLossless, topo, ReduceOp::kSum, 2048, b, true, &m1);
+      auto s2 = run(mode_id("lossless"), topo, ReduceOp::kSum, 2048, a, false, &m2);
+      auto s1 = run(mode_id("lossless"), topo, ReduceOp::kSum, 2048, b, true, &m1);
       int64_t sent = 0;
       for (int r = 0; r < world; ++r) {
         ASSERT_EQ(b[size_t(r)].bytes, a[size_t(r)].bytes) << "rank " << r;
@@ -188,8 +188,8 @@ TEST(LosslessCollectiveBytes, GaussianBf16SendsAboutTwoThirdsOfNone) {
     const int world = 4;
     auto a = inputs(DType::kBF16, Data::kGaussian, world, 1 << 18, 99);
     auto b = a;
-    auto sn = run(Mode::kNone, topo, ReduceOp::kSum, 256 * 1024, a);
-    auto sl = run(Mode::kLossless, topo, ReduceOp::kSum, 256 * 1024, b);
+    auto sn = run(mode_id("none"), topo, ReduceOp::kSum, 256 * 1024, a);
+    auto sl = run(mode_id("lossless"), topo, ReduceOp::kSum, 256 * 1024, b);
     for (int r = 0; r < world; ++r) {
       EXPECT_EQ(b[size_t(r)].bytes, a[size_t(r)].bytes);
       EXPECT_LE(double(sl[size_t(r)].bytes_sent), 0.70 * double(sn[size_t(r)].bytes_sent))
@@ -214,8 +214,8 @@ TEST(LosslessCollectiveBytes, IncompressibleDataCostsExactlyTheHeaderPerMessage)
       a.push_back(std::move(b));
     }
     auto b = a;
-    auto sn = run(Mode::kNone, topo, ReduceOp::kSum, 8192, a);
-    auto sl = run(Mode::kLossless, topo, ReduceOp::kSum, 8192, b);
+    auto sn = run(mode_id("none"), topo, ReduceOp::kSum, 8192, a);
+    auto sl = run(mode_id("lossless"), topo, ReduceOp::kSum, 8192, b);
     for (int r = 0; r < world; ++r) {
       EXPECT_EQ(b[size_t(r)].bytes, a[size_t(r)].bytes);
       const int64_t extra = sl[size_t(r)].bytes_sent - sn[size_t(r)].bytes_sent;

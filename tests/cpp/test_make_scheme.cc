@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/scheme.h"
+#include "kernels/registry.h"
 
 namespace dynamiq {
 namespace {
@@ -31,21 +31,21 @@ void expect_rejected(const CollectiveConfig& c, const std::string& what, const s
 }
 
 TEST(MakeScheme, AcceptsTheDefaultConfigOfEveryMode) {
-  for (Mode m : {Mode::kNone, Mode::kDynamiq, Mode::kLossless, Mode::kBitsplit})
+  for (Mode m : {mode_id("none"), mode_id("dynamiq"), mode_id("lossless"), mode_id("bitsplit")})
     EXPECT_NO_THROW(make_scheme(mode_cfg(m))) << mode_name(m);
   // and settings at the edges of what the codecs support
-  CollectiveConfig c = mode_cfg(Mode::kDynamiq);
+  CollectiveConfig c = mode_cfg(mode_id("dynamiq"));
   c.widths_mask = (1u << 1) | (1u << 2) | (1u << 4) | (1u << 8) | (1u << 16);
   c.bits = 1.5625;  // width 1 with its scales: 32 + 18 bytes per 256 elements, exactly
   EXPECT_NO_THROW(make_scheme(c));
-  c = mode_cfg(Mode::kDynamiq);
+  c = mode_cfg(mode_id("dynamiq"));
   c.bits = 82.0 * 8 / 256;  // the narrowest default width (2) with its scales, exactly
   EXPECT_NO_THROW(make_scheme(c));
   c.bits = 16.0;
   c.supergroup_size = 64;
   c.group_size = 8;
   EXPECT_NO_THROW(make_scheme(c));
-  c = mode_cfg(Mode::kBitsplit);
+  c = mode_cfg(mode_id("bitsplit"));
   for (int b = 2; b <= 8; ++b) {
     c.bits = b;
     EXPECT_NO_THROW(make_scheme(c)) << "bitsplit bits=" << b;
@@ -58,23 +58,23 @@ TEST(MakeScheme, AcceptsTheDefaultConfigOfEveryMode) {
 // The allocator rejects that set on every bucket; the scheme must reject it
 // when it is built.
 TEST(MakeScheme, DynamiqRejectsWidthsThatDoNotGrowOnTheWire) {
-  CollectiveConfig c = mode_cfg(Mode::kDynamiq);
+  CollectiveConfig c = mode_cfg(mode_id("dynamiq"));
   c.group_size = 1;
   c.widths_mask = (1u << 8) | (1u << 16);
   expect_rejected(c, "widths {8, 16}, group_size 1", "not larger on the wire");
   c.widths_mask = 0;
   expect_rejected(c, "no widths", "no allowed widths");
-  c = mode_cfg(Mode::kDynamiq);
+  c = mode_cfg(mode_id("dynamiq"));
   c.widths_mask = (1u << 3) | (1u << 4);
   expect_rejected(c, "width 3", "outside {1, 2, 4, 8, 16}");
 }
 
 TEST(MakeScheme, DynamiqRejectsFormatsAndEpsTheCodecRejects) {
-  CollectiveConfig c = mode_cfg(Mode::kDynamiq);
+  CollectiveConfig c = mode_cfg(mode_id("dynamiq"));
   c.supergroup_size = 25;
   c.group_size = 5;
   expect_rejected(c, "supergroup 25, group 5", "multiple of 8");
-  c = mode_cfg(Mode::kDynamiq);
+  c = mode_cfg(mode_id("dynamiq"));
   c.group_size = 24;
   expect_rejected(c, "group 24", "multiple of group_size");
   // eps per width 1, 2, 4, 8 (negative: the default; NaN is not the default)
@@ -90,7 +90,7 @@ TEST(MakeScheme, DynamiqRejectsFormatsAndEpsTheCodecRejects) {
       {{-1.f, -1.f, -1.f, 3.0f}, "eps 3 at width 8", "collapse"},
   };
   for (const auto& k : cases) {
-    c = mode_cfg(Mode::kDynamiq);
+    c = mode_cfg(mode_id("dynamiq"));
     c.eps = k.eps;
     expect_rejected(c, k.what, k.needle);
   }
@@ -100,7 +100,7 @@ TEST(MakeScheme, DynamiqRejectsFormatsAndEpsTheCodecRejects) {
 // already over it) or no number at all: the allocator would throw on every
 // bucket; the scheme throws when it is built.
 TEST(MakeScheme, DynamiqRejectsBudgetsNoBucketCanMeet) {
-  CollectiveConfig c = mode_cfg(Mode::kDynamiq);
+  CollectiveConfig c = mode_cfg(mode_id("dynamiq"));
   for (double bits : {0.0, -1.0, double(NAN), double(INFINITY)}) {
     c.bits = bits;
     expect_rejected(c, "bits " + std::to_string(bits), "bits must be a finite positive number");
@@ -117,13 +117,13 @@ TEST(MakeScheme, DynamiqRejectsBudgetsNoBucketCanMeet) {
 }
 
 TEST(MakeScheme, BitsplitAndUnknownModesAreRejected) {
-  CollectiveConfig c = mode_cfg(Mode::kBitsplit);
+  CollectiveConfig c = mode_cfg(mode_id("bitsplit"));
   c.group_size = 16;
   expect_rejected(c, "bitsplit group_size 16", "group_size=16");
-  c = mode_cfg(Mode::kBitsplit);
+  c = mode_cfg(mode_id("bitsplit"));
   c.bits = 3.5;
   expect_rejected(c, "bitsplit bits 3.5", "integer width");
-  c = mode_cfg(Mode::kBitsplit);
+  c = mode_cfg(mode_id("bitsplit"));
   c.spike_reserve = 2;
   expect_rejected(c, "bitsplit spike_reserve 2", "spike_reserve=2");
   expect_rejected(mode_cfg(Mode(7)), "mode 7", "not available");
@@ -132,7 +132,7 @@ TEST(MakeScheme, BitsplitAndUnknownModesAreRejected) {
 // The exact-budget decision the driver takes before planning: true for every
 // size except those whose padded partial last super-group is over the budget.
 TEST(MakeScheme, FitsBudgetOnlyFailsForOverBudgetPartialSuperGroups) {
-  CollectiveConfig c = mode_cfg(Mode::kDynamiq);
+  CollectiveConfig c = mode_cfg(mode_id("dynamiq"));
   const auto s = make_scheme(c);
   EXPECT_TRUE(s->fits_budget(0));
   EXPECT_TRUE(s->fits_budget(256));
@@ -142,7 +142,7 @@ TEST(MakeScheme, FitsBudgetOnlyFailsForOverBudgetPartialSuperGroups) {
   const auto s26 = make_scheme(c);
   EXPECT_FALSE(s26->fits_budget(4097));
   EXPECT_TRUE(s26->fits_budget(4096));
-  for (Mode m : {Mode::kNone, Mode::kLossless, Mode::kBitsplit})
+  for (Mode m : {mode_id("none"), mode_id("lossless"), mode_id("bitsplit")})
     for (int64_t numel : {int64_t(1), int64_t(257), int64_t(4097)})
       EXPECT_TRUE(make_scheme(mode_cfg(m))->fits_budget(numel)) << mode_name(m) << " numel=" << numel;
 }

@@ -131,13 +131,13 @@ TEST(NcclOrder, TheStreamCheckerFindsCyclesAndSizeMismatches) {
 // of the next test).
 TEST(NcclOrder, RingWithThreeOrMoreRanksFollowsIt) {
   const int64_t numel = 256 * 64 + 11;
-  for (Mode mode : {Mode::kNone, Mode::kDynamiq, Mode::kBitsplit})
+  for (Mode mode : {mode_id("none"), mode_id("dynamiq"), mode_id("bitsplit")})
     for (int n : {3, 4, 5, 8}) {
-      if (mode == Mode::kDynamiq && n > 3) continue;
+      if (mode == mode_id("dynamiq") && n > 3) continue;
       CollectiveConfig cfg;
       cfg.mode = mode;
       cfg.topology = Topology::kRing;
-      cfg.bits = mode == Mode::kBitsplit ? 4.0 : 5.0;
+      cfg.bits = mode == mode_id("bitsplit") ? 4.0 : 5.0;
       cfg.block_bytes = 4096;  // several blocks per chunk, receives posted ahead
       std::vector<std::vector<float>> x(static_cast<size_t>(n));
       for (int r = 0; r < n; ++r) x[size_t(r)] = dqtest::gaussian(size_t(numel), uint64_t(r + 1));
@@ -162,14 +162,14 @@ TEST(NcclOrder, RingWithThreeOrMoreRanksFollowsIt) {
 // and byte counts are exactly those of the default posting.
 TEST(NcclOrder, OrderedPostingRunsUnderBothModelsWithTheSameResults) {
   const int64_t numel = 256 * 64 + 11;
-  for (Mode mode : {Mode::kNone, Mode::kDynamiq, Mode::kBitsplit, Mode::kLossless})
+  for (Mode mode : {mode_id("none"), mode_id("dynamiq"), mode_id("bitsplit"), mode_id("lossless")})
     for (Topology topo : {Topology::kRing, Topology::kButterfly, Topology::kTwoStep})
       for (int n : {2, 3, 4, 5, 6}) {
         SCOPED_TRACE(std::string(mode_name(mode)) + " " + topology_name(topo) + " n=" + std::to_string(n));
         CollectiveConfig cfg;
         cfg.mode = mode;
         cfg.topology = topo;
-        cfg.bits = mode == Mode::kBitsplit ? 4.0 : 5.0;
+        cfg.bits = mode == mode_id("bitsplit") ? 4.0 : 5.0;
         cfg.block_bytes = 4096;  // several blocks per chunk
         std::vector<std::vector<float>> out[2];
         std::vector<int64_t> sent[2];

@@ -17,6 +17,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <numeric>
 #include <random>
 #include <string>
@@ -48,7 +49,7 @@ CollectiveConfig cfg_of(Mode m, Topology t) {
   CollectiveConfig c;
   c.mode = m;
   c.topology = t;
-  c.bits = m == Mode::kBitsplit ? 4.0 : 5.0;
+  c.bits = m == mode_id("bitsplit") ? 4.0 : 5.0;
   c.seed = 9;
   c.block_bytes = 2048;  // several blocks per chunk
   c.window_bytes = 8192;
@@ -152,8 +153,8 @@ TEST(ReduceScatter, ExactModesSumExactlyAndLosslessEqualsNone) {
           std::vector<std::vector<float>> in;
           for (int r = 0; r < n; ++r) in.push_back(ints(n * shard, 17 * uint32_t(r) + uint32_t(shard)));
           World w;
-          const auto none = reduce_scatter(n, cfg_of(Mode::kNone, t), in, shard, op, w);
-          const auto ll = reduce_scatter(n, cfg_of(Mode::kLossless, t), in, shard, op, w);
+          const auto none = reduce_scatter(n, cfg_of(mode_id("none"), t), in, shard, op, w);
+          const auto ll = reduce_scatter(n, cfg_of(mode_id("lossless"), t), in, shard, op, w);
           for (int r = 0; r < n; ++r) {
             for (int64_t i = 0; i < shard; ++i) {
               float s = 0;
@@ -167,7 +168,7 @@ TEST(ReduceScatter, ExactModesSumExactlyAndLosslessEqualsNone) {
 }
 
 TEST(ReduceScatter, LossyModesUnderRendezvousAndNcclOrderGiveTheSameBits) {
-  for (Mode m : {Mode::kDynamiq, Mode::kBitsplit, Mode::kLossless})
+  for (Mode m : {mode_id("dynamiq"), mode_id("bitsplit"), mode_id("lossless")})
     for (Topology t : kTopos)
       for (int n = 2; n <= 6; ++n) {
         SCOPED_TRACE(std::string(mode_name(m)) + " " + topology_name(t) + " n=" + std::to_string(n));
@@ -195,10 +196,10 @@ TEST(ReduceScatter, LossyModesUnderRendezvousAndNcclOrderGiveTheSameBits) {
             ref2 += s * s;
           }
         }
-        EXPECT_LT(err / ref2, m == Mode::kLossless ? 1e-12 : 0.05);
+        EXPECT_LT(err / ref2, m == mode_id("lossless") ? 1e-12 : 0.05);
         EXPECT_EQ(st[0].path, Path::kCompressed);
         // each chunk crosses n-1 hops: all ranks together send (n-1) x the plan's wire bytes
-        if (m != Mode::kLossless && (t != Topology::kButterfly || (n & (n - 1)) == 0)) {
+        if (m != mode_id("lossless") && (t != Topology::kButterfly || (n & (n - 1)) == 0)) {
           int64_t total = 0;
           for (const CallStats& s : st) total += s.bytes_sent;
           const int64_t numel = n * padded_shard(cfg, Collective::kReduceScatter, n, shard);
@@ -220,7 +221,7 @@ TEST(AllGather, ExactInNoneAndLosslessUnderEveryPosting) {
           in.push_back(x);
           want.insert(want.end(), x.begin(), x.end());
         }
-        for (Mode m : {Mode::kNone, Mode::kLossless}) {
+        for (Mode m : {mode_id("none"), mode_id("lossless")}) {
           World eager, rv, ord;
           rv.rendezvous = true;
           ord.ordered = true;
@@ -234,7 +235,7 @@ TEST(AllGather, ExactInNoneAndLosslessUnderEveryPosting) {
             ASSERT_EQ(b[size_t(r)], want) << mode_name(m) << " rank " << r;
             ASSERT_EQ(c[size_t(r)], want) << mode_name(m) << " rank " << r;
           }
-          if (m == Mode::kLossless && n > 1 && shard > 1000) {
+          if (m == mode_id("lossless") && n > 1 && shard > 1000) {
             const int64_t raw = int64_t(n - 1) * n * shard * 4;
             int64_t total = 0;
             for (const CallStats& s : st) total += s.bytes_sent;
@@ -267,7 +268,7 @@ TEST(ReduceScatter, ErrorsReachEveryRank) {
          a.data = buf.data();
          a.output = out.data();
          a.numel = 3001;
-         collective(tr, cfg_of(Mode::kDynamiq, Topology::kRing), a);
+         collective(tr, cfg_of(mode_id("dynamiq"), Topology::kRing), a);
        }))
     EXPECT_NE(e.find("equal shards"), std::string::npos) << e;
   // a lossy all-gather
@@ -276,7 +277,7 @@ TEST(ReduceScatter, ErrorsReachEveryRank) {
          a.kind = Collective::kAllGather;
          a.data = buf.data();
          a.numel = 3000;
-         collective(tr, cfg_of(Mode::kDynamiq, Topology::kRing), a);
+         collective(tr, cfg_of(mode_id("dynamiq"), Topology::kRing), a);
        }))
     EXPECT_NE(e.find("all-gather"), std::string::npos) << e;
   // one rank reduce-scatters, the others all-reduce
@@ -287,7 +288,7 @@ TEST(ReduceScatter, ErrorsReachEveryRank) {
     a.data = x.data();
     a.output = y.data();
     a.numel = 3072;
-    collective(tr, cfg_of(Mode::kNone, Topology::kRing), a);
+    collective(tr, cfg_of(mode_id("none"), Topology::kRing), a);
   });
   for (const auto& e : errs) EXPECT_NE(e.find("collective (all-reduce, reduce-scatter"), std::string::npos) << e;
   // a reported shape error aborts every rank with the collective's name
@@ -299,7 +300,7 @@ TEST(ReduceScatter, ErrorsReachEveryRank) {
     a.output = y.data();
     a.numel = 3072;
     if (r == 2) a.local_error = InputError::kShape;
-    collective(tr, cfg_of(Mode::kNone, Topology::kRing), a);
+    collective(tr, cfg_of(mode_id("none"), Topology::kRing), a);
   });
   for (const auto& e : shape) EXPECT_NE(e.find("dynamiq reduce-scatter aborted on every rank"), std::string::npos) << e;
 }
@@ -307,7 +308,7 @@ TEST(ReduceScatter, ErrorsReachEveryRank) {
 // padded_shard: the shard itself when the plan can cut it, else a padded size
 // that the compressed plan and the exact path's identity plan both cut.
 TEST(ReduceScatter, PaddedShardIsCutByEveryPath) {
-  for (Mode m : {Mode::kNone, Mode::kLossless, Mode::kDynamiq, Mode::kBitsplit})
+  for (Mode m : {mode_id("none"), mode_id("lossless"), mode_id("dynamiq"), mode_id("bitsplit")})
     for (int n : {1, 2, 3, 5})
       for (int64_t shard : {int64_t(0), int64_t(1), int64_t(255), int64_t(256), int64_t(4096), int64_t(4099),
                             int64_t(100003), int64_t(1) << 20}) {
@@ -315,11 +316,11 @@ TEST(ReduceScatter, PaddedShardIsCutByEveryPath) {
         const int64_t p = padded_shard(cfg, Collective::kReduceScatter, n, shard);
         ASSERT_GE(p, shard);
         EXPECT_GT(identity_shard_unit(p), 0) << mode_name(m) << " " << shard;
-        if (m == Mode::kDynamiq && n > 1 && shard >= 256) {
+        if (m == mode_id("dynamiq") && n > 1 && shard >= 256) {
           EXPECT_EQ(p % 256, 0) << shard;
           EXPECT_LT(p - shard, 256);
         }
-        if (m == Mode::kNone && identity_shard_unit(shard) > 0) EXPECT_EQ(p, shard);
+        if (m == mode_id("none") && identity_shard_unit(shard) > 0) EXPECT_EQ(p, shard);
       }
 }
 

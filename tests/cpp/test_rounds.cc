@@ -28,7 +28,7 @@ int64_t rounds_of(Mode mode, Topology topo, int n, int64_t numel, Path* path = n
   CollectiveConfig cfg;
   cfg.mode = mode;
   cfg.topology = topo;
-  cfg.bits = mode == Mode::kBitsplit ? 4.0 : 5.0;
+  cfg.bits = mode == mode_id("bitsplit") ? 4.0 : 5.0;
   std::vector<std::vector<float>> x(static_cast<size_t>(n));
   for (int r = 0; r < n; ++r) x[size_t(r)] = dqtest::gaussian(size_t(numel), uint64_t(r + 1));
   InprocWorld world(n, std::chrono::seconds(60));
@@ -49,13 +49,13 @@ TEST(Rounds, TheModelCountsARingsStepsAndItsHeader) {
   // per chunk at this size)
   for (int n : {2, 3, 5, 8}) {
     const int64_t numel = 256 * 4 * n;
-    EXPECT_EQ(rounds_of(Mode::kNone, Topology::kRing, n, numel), 1 + 2 * (n - 1)) << "n=" << n;
+    EXPECT_EQ(rounds_of(mode_id("none"), Topology::kRing, n, numel), 1 + 2 * (n - 1)) << "n=" << n;
     // two-step: every peer's block in one group, then the finals in another
-    EXPECT_EQ(rounds_of(Mode::kNone, Topology::kTwoStep, n, numel), 1 + 2) << "n=" << n;
+    EXPECT_EQ(rounds_of(mode_id("none"), Topology::kTwoStep, n, numel), 1 + 2) << "n=" << n;
     // butterfly on a power of two: log2 n halving and log2 n doubling steps
     // (each step's chunks in one group)
     if ((n & (n - 1)) == 0) {
-      EXPECT_EQ(rounds_of(Mode::kNone, Topology::kButterfly, n, numel), 1 + 2 * floor_log2(n)) << "n=" << n;
+      EXPECT_EQ(rounds_of(mode_id("none"), Topology::kButterfly, n, numel), 1 + 2 * floor_log2(n)) << "n=" << n;
     }
   }
 }
@@ -69,13 +69,13 @@ TEST(Rounds, LosslessSecondPartsTakeOneMoreRoundPerGroup) {
   for (int n : {3, 4, 5, 8}) {
     const int64_t numel = 256 * 4 * n;
     for (Topology topo : {Topology::kTwoStep, Topology::kButterfly}) {
-      const int64_t none = rounds_of(Mode::kNone, topo, n, numel);
-      const int64_t lossless = rounds_of(Mode::kLossless, topo, n, numel);
+      const int64_t none = rounds_of(mode_id("none"), topo, n, numel);
+      const int64_t lossless = rounds_of(mode_id("lossless"), topo, n, numel);
       ASSERT_GT(none, 0);
       ASSERT_GT(lossless, 0);
       EXPECT_LE(lossless - 1, 2 * (none - 1)) << topology_name(topo) << " n=" << n;
     }
-    EXPECT_LE(rounds_of(Mode::kLossless, Topology::kTwoStep, n, numel), 1 + 4) << "n=" << n;
+    EXPECT_LE(rounds_of(mode_id("lossless"), Topology::kTwoStep, n, numel), 1 + 4) << "n=" << n;
   }
 }
 
@@ -89,8 +89,8 @@ TEST(Rounds, StatisticsAllReduceTakesLogarithmicRounds) {
     for (int n : {2, 3, 4, 5, 6, 7, 8, 12, 16, 17}) {
       const int64_t numel = 4096 * n;  // compressed (>= min_compress_numel), one block per chunk
       Path path = Path::kExactMode;
-      const int64_t none = rounds_of(Mode::kNone, topo, n, numel);
-      const int64_t dq = rounds_of(Mode::kDynamiq, topo, n, numel, &path);
+      const int64_t none = rounds_of(mode_id("none"), topo, n, numel);
+      const int64_t dq = rounds_of(mode_id("dynamiq"), topo, n, numel, &path);
       ASSERT_EQ(path, Path::kCompressed) << "n=" << n;
       ASSERT_GT(none, 0);
       ASSERT_GT(dq, 0);

@@ -71,7 +71,7 @@ CollectiveConfig mode_cfg(Mode m, Topology topo) {
   CollectiveConfig c;
   c.mode = m;
   c.topology = topo;
-  c.bits = m == Mode::kBitsplit ? 4.0 : 5.0;
+  c.bits = m == mode_id("bitsplit") ? 4.0 : 5.0;
   c.seed = 11;
   c.block_bytes = 2048;     // many blocks per chunk
   c.window_bytes = 4096;    // receive and send windows of about two blocks
@@ -120,7 +120,7 @@ std::vector<std::vector<float>> gaussian(int n, int64_t numel, uint32_t seed) {
 }
 
 TEST(SendWindow, EveryScheduleRunsUnderRendezvousSendsAndGivesTheSameBits) {
-  for (Mode m : {Mode::kNone, Mode::kDynamiq, Mode::kLossless, Mode::kBitsplit})
+  for (Mode m : {mode_id("none"), mode_id("dynamiq"), mode_id("lossless"), mode_id("bitsplit")})
     for (Topology topo : {Topology::kRing, Topology::kButterfly, Topology::kTwoStep})
       for (int n = 1; n <= 6; ++n)
         for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMean}) {
@@ -151,7 +151,7 @@ TEST(SendWindow, PoolHoldsFinalsAndWindowsNotEverythingSent) {
   const int64_t numel = 4 << 20;
   const size_t bucket = size_t(numel) * 4, window = 1 << 20, block = 256 << 10;
   const auto in = gaussian(2, numel, 3);
-  for (Mode m : {Mode::kNone, Mode::kLossless, Mode::kDynamiq}) {
+  for (Mode m : {mode_id("none"), mode_id("lossless"), mode_id("dynamiq")}) {
     CollectiveConfig cfg = mode_cfg(m, Topology::kRing);
     cfg.block_bytes = int64_t(block);
     cfg.window_bytes = int64_t(window);
@@ -159,7 +159,7 @@ TEST(SendWindow, PoolHoldsFinalsAndWindowsNotEverythingSent) {
     const Result rv = run_once(2, cfg, in, true, op);
     // finals: at most half the bucket (raw, or its worst-case coded size), plus
     // a receive window, a send window and a block of slack for each.
-    const size_t finals = m == Mode::kNone ? 0 : m == Mode::kDynamiq ? bucket / 2 / 4 : bucket / 2 + bucket / 64;
+    const size_t finals = m == mode_id("none") ? 0 : m == mode_id("dynamiq") ? bucket / 2 / 4 : bucket / 2 + bucket / 64;
     for (int r = 0; r < 2; ++r)
       EXPECT_LE(rv.pool[size_t(r)], finals + 2 * window + 4 * block)
           << mode_name(m) << " rank " << r << ": pool " << rv.pool[size_t(r)];
@@ -179,7 +179,7 @@ TEST(SendWindow, PoolHoldsFinalsAndWindowsNotEverythingSent) {
 TEST(SendWindow, ButterflyWithExtraRanksSumsAtMostHalfTheBucketInFloat) {
   const int64_t numel = 1 << 18;
   const double B = double(numel) * 4;
-  for (Mode m : {Mode::kDynamiq, Mode::kBitsplit})
+  for (Mode m : {mode_id("dynamiq"), mode_id("bitsplit")})
     for (int n : {3, 6}) {
       CollectiveConfig cfg = mode_cfg(m, Topology::kButterfly);
       cfg.block_bytes = 16384;
@@ -202,7 +202,7 @@ TEST(SendWindow, ButterflyWithExtraRanksSumsAtMostHalfTheBucketInFloat) {
 // of W / p (n = 3: 2 W where this allows 1.5 W).
 TEST(SendWindow, ButterflySpreadsTheExtraRanksTrafficOverTheOwners) {
   for (int n : {3, 5, 6, 7}) {
-    CollectiveConfig cfg = mode_cfg(Mode::kDynamiq, Topology::kButterfly);
+    CollectiveConfig cfg = mode_cfg(mode_id("dynamiq"), Topology::kButterfly);
     cfg.block_bytes = 16384;
     const auto in = gaussian(n, 1 << 18, 20 + uint32_t(n));
     const Result rv = run_once(n, cfg, in, false, ReduceOp::kSum);

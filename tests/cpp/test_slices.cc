@@ -26,7 +26,7 @@ CollectiveConfig cfg_for(Mode m, Topology t, int64_t max_bytes) {
   CollectiveConfig c;
   c.mode = m;
   c.topology = t;
-  c.bits = m == Mode::kBitsplit ? 4.0 : 5.0;
+  c.bits = m == mode_id("bitsplit") ? 4.0 : 5.0;
   c.seed = 3;
   c.block_bytes = 8192;
   c.max_collective_bytes = max_bytes;
@@ -64,7 +64,7 @@ Data integers(int n, int64_t numel, uint32_t seed) {
 
 TEST(Slices, ExactModesStayExact) {
   const int64_t numel = 100003;  // 64 KB slices = 16384 floats: 7 slices, the last one short
-  for (Mode m : {Mode::kNone, Mode::kLossless})
+  for (Mode m : {mode_id("none"), mode_id("lossless")})
     for (Topology t : {Topology::kRing, Topology::kButterfly, Topology::kTwoStep})
       for (int n : {2, 3}) {
         SCOPED_TRACE(std::string(mode_name(m)) + " " + topology_name(t) + " n=" + std::to_string(n));
@@ -85,7 +85,7 @@ TEST(Slices, FirstSliceIsItsOwnCollectiveAndLaterSlicesDrawOtherRandomness) {
   // Every rank's bucket is [v, v]: two identical halves, one slice each.
   const int n = 3;
   const int64_t half = 64 * 1024;
-  for (Mode m : {Mode::kDynamiq, Mode::kBitsplit}) {
+  for (Mode m : {mode_id("dynamiq"), mode_id("bitsplit")}) {
     SCOPED_TRACE(mode_name(m));
     std::mt19937 g(5);
     std::normal_distribution<float> d(0.f, 1.f);
@@ -118,7 +118,7 @@ TEST(Slices, FirstSliceIsItsOwnCollectiveAndLaterSlicesDrawOtherRandomness) {
     const double corr = e0e1 / std::sqrt(e0e0 * e1e1);
     EXPECT_LT(std::fabs(corr), 0.05) << "errors of the two slices correlate: " << corr;
     EXPECT_GT(e0e0, 0.0);
-    if (m == Mode::kDynamiq) {
+    if (m == mode_id("dynamiq")) {
       EXPECT_LE(st_split[0].bits_per_coord, 5.0 + 1e-9);
     }
   }
@@ -131,7 +131,7 @@ TEST(Slices, FirstSliceIsItsOwnCollectiveAndLaterSlicesDrawOtherRandomness) {
 // and exact-nonfinite when any slice had an inf or NaN; the allocator state is
 // the one the compressed slices left, also when the last slice is exact.
 TEST(Slices, ReportedPathIsMixedWhenSlicesDiffer) {
-  const CollectiveConfig cfg = cfg_for(Mode::kDynamiq, Topology::kRing, 4096 * 4);
+  const CollectiveConfig cfg = cfg_for(mode_id("dynamiq"), Topology::kRing, 4096 * 4);
   Data even = integers(2, 8192, 5);
   const std::vector<CallStats> se = run(2, cfg, even, ReduceOp::kSum);
   for (const CallStats& s : se) {
@@ -161,7 +161,7 @@ TEST(Slices, WorkingMemoryFollowsTheSliceNotTheBucket) {
   Data x(2, std::vector<float>(static_cast<size_t>(numel)));
   for (auto& v : x)
     for (auto& e : v) e = d(g);
-  CollectiveConfig cfg = cfg_for(Mode::kLossless, Topology::kRing, slice);
+  CollectiveConfig cfg = cfg_for(mode_id("lossless"), Topology::kRing, slice);
   cfg.block_bytes = 64 << 10;
   cfg.window_bytes = 256 << 10;
   std::vector<size_t> pool;
@@ -192,7 +192,7 @@ TEST(Slices, BadInputOnOneRankRaisesOnEveryRank) {
     a.numel = int64_t(xs[r]->size());
     a.local_error = r == 1 ? InputError::kDType : InputError::kNone;
     try {
-      all_reduce(t, cfg_for(Mode::kDynamiq, Topology::kRing, 64 << 10), a);
+      all_reduce(t, cfg_for(mode_id("dynamiq"), Topology::kRing, 64 << 10), a);
     } catch (const Error&) {
       raised[size_t(r)] = 1;
     }
@@ -215,7 +215,7 @@ TEST(Slices, RanksDisagreeingOnMaxCollectiveBytesRaiseOnEveryRank) {
     a.data = x[size_t(r)].data();
     a.numel = int64_t(x[size_t(r)].size());
     try {
-      all_reduce(t, cfg_for(Mode::kDynamiq, Topology::kRing, r == 1 ? 0 : 64 << 10), a);
+      all_reduce(t, cfg_for(mode_id("dynamiq"), Topology::kRing, r == 1 ? 0 : 64 << 10), a);
     } catch (const Error& e) {
       raised[size_t(r)] = 1;
       what[size_t(r)] = e.what();

@@ -22,7 +22,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/scheme.h"
+#include "kernels/registry.h"
 #include "kernels/base/float_bits.h"
 
 #ifndef DYNAMIQ_GOLDEN_DIR
@@ -92,28 +92,28 @@ std::vector<Case> cases() {
     v.push_back(c);
   };
   auto same = [](CollectiveConfig&) {};
-  add("none", Mode::kNone, same);
-  add("lossless", Mode::kLossless, same);
-  add("dynamiq.b5", Mode::kDynamiq, same);
-  add("dynamiq.b3", Mode::kDynamiq, [](CollectiveConfig& c) { c.bits = 3.0; });
-  add("dynamiq.b8.exact", Mode::kDynamiq, [](CollectiveConfig& c) { c.bits = 8.0; c.exact_allocator = true; });
-  add("dynamiq.b4.w1248_16", Mode::kDynamiq, [](CollectiveConfig& c) {
+  add("none", mode_id("none"), same);
+  add("lossless", mode_id("lossless"), same);
+  add("dynamiq.b5", mode_id("dynamiq"), same);
+  add("dynamiq.b3", mode_id("dynamiq"), [](CollectiveConfig& c) { c.bits = 3.0; });
+  add("dynamiq.b8.exact", mode_id("dynamiq"), [](CollectiveConfig& c) { c.bits = 8.0; c.exact_allocator = true; });
+  add("dynamiq.b4.w1248_16", mode_id("dynamiq"), [](CollectiveConfig& c) {
     c.bits = 4.0;
     c.widths_mask = (1u << 1) | (1u << 2) | (1u << 4) | (1u << 8) | (1u << 16);
   });
-  add("dynamiq.b5.independent", Mode::kDynamiq, [](CollectiveConfig& c) { c.correlated = false; });
-  add("dynamiq.b5.flat_uniform", Mode::kDynamiq, [](CollectiveConfig& c) {
+  add("dynamiq.b5.independent", mode_id("dynamiq"), [](CollectiveConfig& c) { c.correlated = false; });
+  add("dynamiq.b5.flat_uniform", mode_id("dynamiq"), [](CollectiveConfig& c) {
     c.hierarchical_scales = false;
     c.uniform_levels = true;
   });
-  add("dynamiq.b5.s128g8", Mode::kDynamiq, [](CollectiveConfig& c) {
+  add("dynamiq.b5.s128g8", mode_id("dynamiq"), [](CollectiveConfig& c) {
     c.supergroup_size = 128;
     c.group_size = 8;
     c.eps = {{-1.f, 0.2f, 0.3f, 0.05f}};
   });
   for (int b : {2, 3, 4, 8})
-    add("bitsplit.b" + std::to_string(b), Mode::kBitsplit, [b](CollectiveConfig& c) { c.bits = b; });
-  add("bitsplit.b4.nearest_log_g32_spikes", Mode::kBitsplit, [](CollectiveConfig& c) {
+    add("bitsplit.b" + std::to_string(b), mode_id("bitsplit"), [b](CollectiveConfig& c) { c.bits = b; });
+  add("bitsplit.b4.nearest_log_g32_spikes", mode_id("bitsplit"), [](CollectiveConfig& c) {
     c.bits = 4;
     c.stochastic = false;
     c.log_scales = true;

@@ -23,7 +23,7 @@ import dynamiq
 from dist_utils import run_ranks
 
 WORLD = 2
-MODES = ("none", "dynamiq", "lossless", "bitsplit")
+MODES = tuple(dynamiq.available_modes())
 TOPOLOGIES = ("ring", "butterfly", "twostep")
 DTYPES = (torch.float32, torch.bfloat16)
 

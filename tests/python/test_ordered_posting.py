@@ -21,7 +21,7 @@ import dynamiq
 from dynamiq.api import resolve_group, run_collective
 from dist_utils import run_ranks
 
-MODES = ("none", "dynamiq", "lossless", "bitsplit")
+MODES = tuple(dynamiq.available_modes())
 TOPOLOGIES = ("ring", "butterfly", "twostep")
 
 

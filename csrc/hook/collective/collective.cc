@@ -38,7 +38,7 @@ int64_t run_exact(Transport& tr, Topology topo, void* data, DType dtype, int64_t
                   Collective kind = Collective::kAllReduce, void* output = nullptr) {
   const int n = tr.size();
   IdentityCodec host_codec;
-  const std::unique_ptr<Codec> device_codec = device ? device->identity_codec() : nullptr;
+  const std::unique_ptr<Codec> device_codec = device ? make_device_codec(kModeNone, host_codec, *device) : nullptr;
   const Codec& codec = device ? *device_codec : host_codec;
   int64_t unit = 256;
   if (kind != Collective::kAllReduce) {
@@ -96,7 +96,7 @@ namespace {
 // the header fingerprint, so every rank agrees): kCompressed may still become
 // kExactNonfinite once the header has told whether some rank holds an inf/NaN.
 Path path_before_header(const CollectiveConfig& cfg, const Scheme& scheme, int world, int64_t numel) {
-  if (cfg.mode == Mode::kNone || world == 1) return Path::kExactMode;
+  if (scheme.identity() || world == 1) return Path::kExactMode;
   if (numel < std::max<int64_t>(cfg.min_compress_numel, cfg.supergroup_size)) return Path::kExactTiny;
   if (!scheme.fits_budget(numel)) return Path::kExactBudget;
   return Path::kCompressed;
@@ -265,7 +265,7 @@ CallStats all_reduce_one(Transport& tr, const CollectiveConfig& cfg, const CallA
 
   auto t0 = Clock::now();
   LocalPass pass;
-  if (ok_input && ok_config && cfg.mode != Mode::kNone) pass = run_local_pass(*setup.scheme, a);
+  if (ok_input && ok_config && !setup.scheme->identity()) pass = run_local_pass(*setup.scheme, a);
   cs.t_local = secs(t0, Clock::now());
 
   t0 = Clock::now();

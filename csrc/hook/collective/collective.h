@@ -15,7 +15,7 @@
 
 #include "hook/collective/config.h"
 #include "hook/collective/exec_stats.h"
-#include "kernels/scheme.h"
+#include "kernels/registry.h"
 #include "hook/transport/transport.h"
 
 namespace dynamiq {
@@ -23,7 +23,7 @@ namespace dynamiq {
 // Which path a bucket took. Values are reported to Python: never renumber.
 enum class Path : int32_t {
   kCompressed = 0,
-  kExactMode = 1,       // mode none (or a world of one rank)
+  kExactMode = 1,       // mode none (Scheme::identity) or a world of one rank
   kExactTiny = 2,       // too small for compression to pay
   kExactNonfinite = 3,  // some rank had inf/nan: exact path so they reach the optimizer
   kExactBudget = 4,     // no plan fits the bit budget at this size (Scheme::fits_budget)

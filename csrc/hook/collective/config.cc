@@ -3,17 +3,9 @@
 #include <cstring>
 #include <sstream>
 
-namespace dynamiq {
+#include "kernels/registry.h"
 
-const char* mode_name(Mode m) {
-  switch (m) {
-    case Mode::kNone: return "none";
-    case Mode::kDynamiq: return "dynamiq";
-    case Mode::kLossless: return "lossless";
-    case Mode::kBitsplit: return "bitsplit";
-  }
-  return "?";
-}
+namespace dynamiq {
 
 const char* topology_name(Topology t) {
   switch (t) {

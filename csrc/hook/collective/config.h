@@ -9,8 +9,15 @@
 
 namespace dynamiq {
 
+// A mode's id. The modes and their ids are listed in the codec registry
+// (kernels/registry.h: mode_id("dynamiq"), mode_name(id)); the id is part of
+// the wire fingerprint: never renumber.
+enum class Mode : uint8_t {};
+// Mode "none" (the identity codec, which is also the exact path of every
+// other mode): the default.
+inline constexpr Mode kModeNone = Mode(0);
+
 // Numeric values are part of the wire fingerprint: never renumber.
-enum class Mode : uint8_t { kNone = 0, kDynamiq = 1, kLossless = 2, kBitsplit = 3 };
 enum class Topology : uint8_t { kRing = 0, kButterfly = 1, kTwoStep = 2 };
 enum class ReduceOp : uint8_t { kSum = 0, kMean = 1 };
 // Which collective a call runs (part of the header fingerprint): the
@@ -18,12 +25,11 @@ enum class ReduceOp : uint8_t { kSum = 0, kMean = 1 };
 // its all-gather phase alone (every rank ends with every rank's shard).
 enum class Collective : uint8_t { kAllReduce = 0, kReduceScatter = 1, kAllGather = 2 };
 
-const char* mode_name(Mode m);
 const char* topology_name(Topology t);
 const char* collective_name(Collective c);
 
 struct CollectiveConfig {
-  Mode mode = Mode::kNone;
+  Mode mode = kModeNone;
   Topology topology = Topology::kRing;
   uint64_t seed = 0;
 
@@ -49,7 +55,7 @@ struct CollectiveConfig {
   // pays a fixed cost per message: measured 0.3-1 ms on loopback).
   int64_t block_bytes = 0;
   int64_t min_compress_numel = 4096; // smaller buckets take the exact path
-  int64_t window_bytes = 16 << 20;   // receive buffers posted ahead; sent buffers kept (executor.cc)
+  int64_t window_bytes = 16 << 20;   // receive buffers posted ahead; sent buffers kept (recv_window.h, send_window.h)
   // Buckets of more bytes run as several collectives of at most this many
   // bytes, one after the other (0: never split). Bounds the working memory:
   // DDP's first step all-reduces the whole model as one bucket.

@@ -6,8 +6,10 @@
 #include <optional>
 
 #include "kernels/dynamiq/dynamiq_codec.h"
+#include "kernels/dynamiq/dynamiq_format.h"
 #include "kernels/lossless/lossless_codec.h"
 #include "kernels/base/parallel.h"
+#include "kernels/base/cpu_isa.h"
 #include "hook/collective/collective.h"
 #include "hook/transport/inproc_transport.h"
 #include "hook/torch/torch_c10d_transport.h"
@@ -319,7 +321,10 @@ PYBIND11_MODULE(_C, m) {
       .def(py::init<>())
       .def_property(
           "mode", [](const CollectiveConfig& c) { return int(c.mode); },
-          [](CollectiveConfig& c, int v) { c.mode = Mode(v); })
+          [](CollectiveConfig& c, int v) {
+            DQ_CHECK(v >= 0 && v <= 255, "dynamiq: mode id must be in [0, 255]");
+            c.mode = Mode(v);
+          })
       .def_property(
           "topology", [](const CollectiveConfig& c) { return int(c.topology); },
           [](CollectiveConfig& c, int v) { c.topology = Topology(v); })
@@ -450,17 +455,29 @@ PYBIND11_MODULE(_C, m) {
         "Threads one CPU codec call may use (env DYNAMIQ_CPU_THREADS, default 1).");
   m.def("set_cpu_threads", [](int n) { return dynamiq_set_cpu_threads(n); },
         "Sets the threads one CPU codec call may use; returns the previous value.");
+  // The codec registry (kernels/registry.h) is the one list of modes: Python
+  // takes the names and ids from here.
   m.def("available_modes", [] {
     py::list l;
-    for (Mode md : {Mode::kNone, Mode::kDynamiq, Mode::kLossless, Mode::kBitsplit}) {
-      CollectiveConfig c;
-      c.mode = md;
-      try {
-        make_scheme(c);
-        l.append(mode_name(md));
-      } catch (const Error&) {
-      }
-    }
+    for (const ModeInfo& e : registered_modes()) l.append(e.name);
     return l;
-  });
+  }, "The registered modes, by id.");
+  m.def("mode_id", [](const std::string& name) { return int(mode_id(name)); }, py::arg("name"),
+        "The id of a registered mode (CollectiveConfig.mode); DynamiqError for an unknown name.");
+  m.def("mode_name", [](int id) { return std::string(id >= 0 && id <= 255 ? mode_name(Mode(id)) : "?"); },
+        py::arg("id"), "The name of a registered mode id, '?' for another.");
+  m.def(
+      "dynamiq_sg_bytes",
+      [](int width, int supergroup_size, int group_size, bool hierarchical) {
+        DQ_CHECK(dynamiq_width_index(width) >= 0, "dynamiq_sg_bytes: width must be one of 1, 2, 4, 8, 16");
+        DQ_CHECK(supergroup_size > 0 && group_size > 0 && supergroup_size % group_size == 0,
+                 "dynamiq_sg_bytes: supergroup_size must be a positive multiple of group_size");
+        DynamiqFormat f;
+        f.S = supergroup_size;
+        f.s = group_size;
+        f.hierarchical = hierarchical;
+        return dynamiq_sg_bytes(width, f);
+      },
+      py::arg("width"), py::arg("supergroup_size"), py::arg("group_size"), py::arg("hierarchical"),
+      "Wire bytes of one dynamiq super-group of the given width (kernels/dynamiq/dynamiq_format.h).");
 }

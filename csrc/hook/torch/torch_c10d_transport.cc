@@ -50,12 +50,6 @@ class WorkRequest final : public Request {
   bool done_ = false;
 };
 
-class DoneRequest final : public Request {
- public:
-  void wait() override {}
-  bool test() override { return true; }
-};
-
 }  // namespace
 
 C10dTransport::C10dTransport(c10::intrusive_ptr<c10d::ProcessGroup> pg, c10::Device device, bool ordered)

@@ -405,12 +405,6 @@ class InprocRecv final : public Request {
   bool done_ = false;
 };
 
-class DoneRequest final : public Request {
- public:
-  void wait() override {}
-  bool test() override { return true; }
-};
-
 // Rendezvous mode (see InprocWorld::set_rendezvous_sends).
 class RendezvousRequest final : public Request {
  public:

@@ -129,6 +129,9 @@ struct DTypeTraits<DType::kF32> {
   static DQ_HD float load(const storage* p, int64_t i) { return p[i]; }
   static DQ_HD void store(storage* p, int64_t i, float v) { p[i] = v; }
   static DQ_HD float round(float v) { return v; }
+  // 1 if the value is inf or nan (exponent field all ones), else 0: the one
+  // non-finite test (has_nonfinite, the CUDA device's scan, dynamiq's statistics).
+  static DQ_HD uint32_t nonfinite(storage v) { return (f32_bits(v) & 0x7f800000u) == 0x7f800000u ? 1u : 0u; }
 };
 
 template <>
@@ -137,6 +140,7 @@ struct DTypeTraits<DType::kBF16> {
   static DQ_HD float load(const storage* p, int64_t i) { return bf16_to_f32(p[i]); }
   static DQ_HD void store(storage* p, int64_t i, float v) { p[i] = f32_to_bf16(v); }
   static DQ_HD float round(float v) { return bf16_to_f32(f32_to_bf16(v)); }
+  static DQ_HD uint32_t nonfinite(storage v) { return (v & 0x7f80u) == 0x7f80u ? 1u : 0u; }
 };
 
 template <>
@@ -145,6 +149,7 @@ struct DTypeTraits<DType::kF16> {
   static DQ_HD float load(const storage* p, int64_t i) { return f16_to_f32(p[i]); }
   static DQ_HD void store(storage* p, int64_t i, float v) { p[i] = f32_to_f16(v); }
   static DQ_HD float round(float v) { return f16_to_f32(f32_to_f16(v)); }
+  static DQ_HD uint32_t nonfinite(storage v) { return (v & 0x7c00u) == 0x7c00u ? 1u : 0u; }
 };
 
 #if !defined(__CUDA_ARCH__) && defined(__AVX2__) && defined(__F16C__)

@@ -68,8 +68,7 @@
 //   ng * (G*b/8 + (log ? 2 : 4) + (spikes ? 2*(dtype_size + 1) : 0)) bytes.
 #pragma once
 
-#include <cstring>
-
+#include "kernels/base/bytes.h"
 #include "kernels/base/common.h"
 #include "kernels/base/float_bits.h"
 #include "kernels/base/philox.h"
@@ -170,41 +169,6 @@ DQ_HD BitsplitLayout bitsplit_layout(const BitsplitFormat& f, int64_t ng) {
   return l;
 }
 
-// ---- little-endian loads and stores ---------------------------------------------------
-
-DQ_HD uint32_t bs_load_u32(const uint8_t* p) {
-#if defined(__CUDA_ARCH__)
-  return *reinterpret_cast<const uint32_t*>(p);
-#else
-  uint32_t v;
-  std::memcpy(&v, p, 4);
-  return v;
-#endif
-}
-DQ_HD void bs_store_u32(uint8_t* p, uint32_t v) {
-#if defined(__CUDA_ARCH__)
-  *reinterpret_cast<uint32_t*>(p) = v;
-#else
-  std::memcpy(p, &v, 4);
-#endif
-}
-DQ_HD uint16_t bs_load_u16(const uint8_t* p) {
-#if defined(__CUDA_ARCH__)
-  return *reinterpret_cast<const uint16_t*>(p);
-#else
-  uint16_t v;
-  std::memcpy(&v, p, 2);
-  return v;
-#endif
-}
-DQ_HD void bs_store_u16(uint8_t* p, uint16_t v) {
-#if defined(__CUDA_ARCH__)
-  *reinterpret_cast<uint16_t*>(p) = v;
-#else
-  std::memcpy(p, &v, 2);
-#endif
-}
-
 // ---- pack / unpack one plane -------------------------------------------------------------
 // codes[0, n) (n a multiple of 32) -> plane bits: field (codes[i] >> shift) & mask
 // at bit i*W. Word k of the plane holds slots [k*32/W, (k+1)*32/W).
@@ -219,7 +183,7 @@ DQ_HD void bitsplit_pack_plane_t(const uint8_t* codes, int n, int shift, uint8_t
 #pragma unroll
 #endif
     for (int j = 0; j < kPer; ++j) w |= ((uint32_t(codes[k * kPer + j]) >> shift) & kMask) << (j * W);
-    bs_store_u32(plane + 4 * k, w);
+    store_u32_aligned(plane + 4 * k, w);
   }
 }
 
@@ -696,25 +660,25 @@ DQ_HD void bitsplit_dequantize_group(const uint8_t* codes, int cnt, const Bitspl
 DQ_HD void bitsplit_store_meta(uint8_t* blk, const BitsplitLayout& l, const BitsplitFormat& f,
                                int64_t gi, const BitsplitGroup& g) {
   if (f.log_scales) {
-    bs_store_u16(blk + l.scales + 2 * gi, g.s0);
+    store_u16_aligned(blk + l.scales + 2 * gi, g.s0);
   } else {
-    bs_store_u16(blk + l.scales + 4 * gi, g.s0);
-    bs_store_u16(blk + l.scales + 4 * gi + 2, g.s1);
+    store_u16_aligned(blk + l.scales + 4 * gi, g.s0);
+    store_u16_aligned(blk + l.scales + 4 * gi + 2, g.s1);
   }
   if (f.spikes) {
     uint8_t* sv = blk + l.spike_values;
     switch (f.dtype) {
       case DType::kF32:
-        bs_store_u32(sv + 8 * gi, f32_bits(g.vmin));
-        bs_store_u32(sv + 8 * gi + 4, f32_bits(g.vmax));
+        store_u32_aligned(sv + 8 * gi, f32_bits(g.vmin));
+        store_u32_aligned(sv + 8 * gi + 4, f32_bits(g.vmax));
         break;
       case DType::kBF16:
-        bs_store_u16(sv + 4 * gi, f32_to_bf16(g.vmin));
-        bs_store_u16(sv + 4 * gi + 2, f32_to_bf16(g.vmax));
+        store_u16_aligned(sv + 4 * gi, f32_to_bf16(g.vmin));
+        store_u16_aligned(sv + 4 * gi + 2, f32_to_bf16(g.vmax));
         break;
       case DType::kF16:
-        bs_store_u16(sv + 4 * gi, f32_to_f16(g.vmin));
-        bs_store_u16(sv + 4 * gi + 2, f32_to_f16(g.vmax));
+        store_u16_aligned(sv + 4 * gi, f32_to_f16(g.vmin));
+        store_u16_aligned(sv + 4 * gi + 2, f32_to_f16(g.vmax));
         break;
     }
     blk[l.spike_index + 2 * gi] = uint8_t(g.imin);
@@ -727,11 +691,11 @@ DQ_HD void bitsplit_store_meta(uint8_t* blk, const BitsplitLayout& l, const Bits
 DQ_HD bool bitsplit_load_meta(const uint8_t* blk, const BitsplitLayout& l, const BitsplitFormat& f,
                               int64_t gi, int cnt, BitsplitGroup& g) {
   if (f.log_scales) {
-    g.s0 = bs_load_u16(blk + l.scales + 2 * gi);
+    g.s0 = load_u16_aligned(blk + l.scales + 2 * gi);
     g.s1 = 0;
   } else {
-    g.s0 = bs_load_u16(blk + l.scales + 4 * gi);
-    g.s1 = bs_load_u16(blk + l.scales + 4 * gi + 2);
+    g.s0 = load_u16_aligned(blk + l.scales + 4 * gi);
+    g.s1 = load_u16_aligned(blk + l.scales + 4 * gi + 2);
   }
   bitsplit_decode_scales(f, g);
   g.imin = g.imax = 0;
@@ -740,16 +704,16 @@ DQ_HD bool bitsplit_load_meta(const uint8_t* blk, const BitsplitLayout& l, const
   const uint8_t* sv = blk + l.spike_values;
   switch (f.dtype) {
     case DType::kF32:
-      g.vmin = bits_f32(bs_load_u32(sv + 8 * gi));
-      g.vmax = bits_f32(bs_load_u32(sv + 8 * gi + 4));
+      g.vmin = bits_f32(load_u32_aligned(sv + 8 * gi));
+      g.vmax = bits_f32(load_u32_aligned(sv + 8 * gi + 4));
       break;
     case DType::kBF16:
-      g.vmin = bf16_to_f32(bs_load_u16(sv + 4 * gi));
-      g.vmax = bf16_to_f32(bs_load_u16(sv + 4 * gi + 2));
+      g.vmin = bf16_to_f32(load_u16_aligned(sv + 4 * gi));
+      g.vmax = bf16_to_f32(load_u16_aligned(sv + 4 * gi + 2));
       break;
     case DType::kF16:
-      g.vmin = f16_to_f32(bs_load_u16(sv + 4 * gi));
-      g.vmax = f16_to_f32(bs_load_u16(sv + 4 * gi + 2));
+      g.vmin = f16_to_f32(load_u16_aligned(sv + 4 * gi));
+      g.vmax = f16_to_f32(load_u16_aligned(sv + 4 * gi + 2));
       break;
   }
   g.imin = blk[l.spike_index + 2 * gi];

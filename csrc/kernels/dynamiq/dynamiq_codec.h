@@ -2,9 +2,11 @@
 // its own width b in {1, 2, 4, 8, 16} chosen by the allocator, groups of s
 // values with uint8 scales under a bf16 super-group scale, non-uniform
 // levels, stochastic rounding that is unbiased, correlated across ranks.
-// The math is in dynamiq_math.h; this file holds the CPU loops (explicit
-// AVX2 for the hot paths when compiled for it, bit-identical to the shared
-// functions; portable loops otherwise and for shapes the AVX2 paths skip).
+// The math is in dynamiq_math.h; the CPU codec is dynamiq_codec.cc (per
+// super-group stages and their run-time dispatch) over the kernels of
+// dynamiq_cpu_{scalar,avx2,avx512}.cc (dynamiq_cpu.h), all bit-identical to
+// the shared functions; tables in dynamiq_tables.cc, plan helpers in
+// dynamiq_plan.cc.
 //
 // WIRE FORMAT of a block [w0, w1) of wire positions: the super-groups in wire
 // order, back to back, no header and no padding between them. SG at wire
@@ -157,19 +159,10 @@ class DynamiqCodec final : public Codec {
 // column when the world needs one).
 DqRounding make_dynamiq_rounding(const RngCtx& rng);
 
-// Which vector ISA the CPU kernels use: "avx512" when the CPU has AVX-512
-// F/BW/DQ/VL (and DYNAMIQ_CPU_ISA is not "avx2"), else "avx2" in a build
-// with AVX2 (x86-64-v3 or native on such a CPU), "generic" in the portable
-// build (DYNAMIQ_CPU_ARCH empty, or not x86-64), whose scalar kernels run.
-// Outputs are bit-identical either way.
-std::string dynamiq_cpu_isa();
-// Force the build's baseline ("avx2", or "generic" in a build without AVX2;
-// the other one throws) or "avx512" (throws when unavailable), or go back to
-// "auto"; for tests and A/B benchmarks. Returns the previous ISA, which it
-// always accepts back. Not for use while kernels run.
-std::string dynamiq_set_cpu_isa(const std::string& isa);
+// (The ISA the CPU kernels run, dynamiq_cpu_isa / dynamiq_set_cpu_isa, is
+// process-wide: kernels/base/cpu_isa.h.)
 
-// The CPU kernels' random words of one SG (AVX2 Philox when compiled for it):
+// The CPU kernels' random words of one SG (SIMD Philox where it applies):
 // words[k + j*(S/4)] = word j of Philox call call0 + k. For tests.
 void dynamiq_fill_words(const RngKey& key, uint64_t call0, uint32_t purpose, uint32_t who, int S,
                         uint32_t* words);

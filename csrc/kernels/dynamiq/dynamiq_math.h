@@ -49,6 +49,7 @@
 #include <cmath>
 
 #include "kernels/dynamiq/dynamiq_format.h"
+#include "kernels/base/bytes.h"
 #include "kernels/base/float_bits.h"
 #include "kernels/dynamiq/permutation.h"
 #include "kernels/base/philox.h"
@@ -353,16 +354,16 @@ DQ_HD uint32_t dq_code_at(const uint8_t* codes, int32_t S, int32_t B, int32_t i)
 DQ_HD float dq_read_group_scale(const uint8_t* sg, const DynamiqFormat& f, const float* r255,
                                 int32_t k) {
   if (f.hierarchical) {
-    const float Msg = bf16_to_f32(uint16_t(sg[0] | (uint16_t(sg[1]) << 8)));
+    const float Msg = bf16_to_f32(load_u16(sg));
     return r255[sg[2 + k]] * Msg;
   }
-  return bf16_to_f32(uint16_t(sg[2 * k] | (uint16_t(sg[2 * k + 1]) << 8)));
+  return bf16_to_f32(load_u16(sg + 2 * k));
 }
 
 // Value of element i of an SG of width B (B in 1,2,4,8,16) at `sg` (its first byte).
 DQ_HD float dq_decode_element(const uint8_t* sg, int32_t B, const DynamiqFormat& f,
                               const DqTables& tb, int32_t i) {
-  if (B == 16) return bf16_to_f32(uint16_t(sg[2 * i] | (uint16_t(sg[2 * i + 1]) << 8)));
+  if (B == 16) return bf16_to_f32(load_u16(sg + 2 * i));
   const uint8_t* codes = sg + dynamiq_scale_bytes(B, f);
   const float sc = dq_read_group_scale(sg, f, tb.r255, i / f.s);
   return tb.lv[dynamiq_width_index(B)].decode[dq_code_at(codes, f.S, B, i)] * sc;

@@ -64,11 +64,6 @@ class DynamiqScheme final : public Scheme {
   bool local_pass(const void* data, DType dtype, int64_t numel, float* stats) const override {
     return dynamiq_local_stats(data, dtype, numel, alloc_.format.S, stats);
   }
-  bool device_local_pass(const Device& d, const void* data, DType dtype, int64_t numel,
-                         float* stats) const override {
-    return d.dynamiq_stats(data, dtype, numel, alloc_.format.S, stats);
-  }
-  std::unique_ptr<Codec> device_codec(const Device& d) const override { return d.dynamiq_codec(codec_.params()); }
   bool fits_budget(int64_t numel) const override {
     // the allocator's own test (dynamiq_allocate throws exactly when it fails)
     return dynamiq_budget_feasible(numel, alloc_.bits, alloc_.widths_mask, alloc_.format);

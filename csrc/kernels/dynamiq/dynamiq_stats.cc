@@ -6,18 +6,6 @@
 namespace dynamiq {
 namespace {
 
-// Exponent field all ones <=> inf or nan.
-template <DType T>
-inline uint32_t nonfinite_bit(const typename DTypeTraits<T>::storage* p, int64_t i) {
-  if constexpr (T == DType::kF32) {
-    return (f32_bits(p[i]) & 0x7f800000u) == 0x7f800000u ? 1u : 0u;
-  } else if constexpr (T == DType::kBF16) {
-    return (p[i] & 0x7f80u) == 0x7f80u ? 1u : 0u;
-  } else {
-    return (p[i] & 0x7c00u) == 0x7c00u ? 1u : 0u;
-  }
-}
-
 template <DType T>
 bool stats_t(const typename DTypeTraits<T>::storage* x, int64_t numel, int32_t S, float* out) {
   using Tr = DTypeTraits<T>;
@@ -28,7 +16,7 @@ bool stats_t(const typename DTypeTraits<T>::storage* x, int64_t numel, int32_t S
     const int64_t c = numel - e0 < S ? numel - e0 : S;
     const auto* p = x + e0;
     // non-finite check: an integer OR-reduction (vectorises)
-    for (int64_t i = 0; i < c; ++i) bad |= nonfinite_bit<T>(p, i);
+    for (int64_t i = 0; i < c; ++i) bad |= Tr::nonfinite(p[i]);
     // lane sums in double, lane l = elements l, l+8, ... in order
     double s[kStatLanes] = {0, 0, 0, 0, 0, 0, 0, 0};
     double q[kStatLanes] = {0, 0, 0, 0, 0, 0, 0, 0};

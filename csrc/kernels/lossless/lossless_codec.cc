@@ -62,8 +62,7 @@ void histogram(const uint8_t* e, int64_t m, uint64_t* out /*256*/) {
   std::memset(h, 0, sizeof(h));
   int64_t i = 0;
   for (; i + 8 <= m; i += 8) {
-    uint64_t x;
-    std::memcpy(&x, e + i, 8);
+    const uint64_t x = load_u64(e + i);
     ++h[0][x & 0xff];
     ++h[1][(x >> 8) & 0xff];
     ++h[2][(x >> 16) & 0xff];
@@ -107,8 +106,7 @@ void split_block(const typename Split<T>::word* v, const Layout& L, int64_t i0, 
         hi[i] = S::hi3(v[b + i]);
       }
       for (int64_t g = 0; g < c / 8; ++g) {
-        uint64_t x;
-        std::memcpy(&x, hi + 8 * g, 8);
+        const uint64_t x = load_u64(hi + 8 * g);
         const int64_t gg = b / 8 + g;
         sm[8 * G + gg] = pack_plane(x, 0);
         sm[9 * G + gg] = pack_plane(x, 1);
@@ -118,8 +116,7 @@ void split_block(const typename Split<T>::word* v, const Layout& L, int64_t i0, 
   } else {
     uint8_t* hi = sm + 16 * G;
     for (int64_t i = i0; i < i1; ++i) {
-      const uint16_t lo = S::lo16(v[i]);
-      std::memcpy(sm + 2 * i, &lo, 2);
+      store_u16(sm + 2 * i, S::lo16(v[i]));
       hi[i] = S::hi(v[i]);
       exps[i] = S::exponent(v[i]);
     }
@@ -142,16 +139,14 @@ void merge_block(const uint8_t* msg, const Layout& L, const uint8_t* exps, int64
         const int64_t gg = b / 8 + g;
         const uint64_t x = unpack_plane(sm[8 * G + gg]) | (unpack_plane(sm[9 * G + gg]) << 1) |
                            (unpack_plane(sm[10 * G + gg]) << 2);
-        std::memcpy(hi + 8 * g, &x, 8);
+        store_u64(hi + 8 * g, x);
       }
       for (int64_t i = 0; i < c; ++i) v[b + i] = S::merge(exps[b + i], sm[b + i], hi[i]);
     }
   } else {
     const uint8_t* hi = sm + 16 * G;
     for (int64_t i = i0; i < i1; ++i) {
-      uint16_t lo;
-      std::memcpy(&lo, sm + 2 * i, 2);
-      v[i] = S::merge(exps[i], lo, hi[i]);
+      v[i] = S::merge(exps[i], load_u16(sm + 2 * i), hi[i]);
     }
   }
 }

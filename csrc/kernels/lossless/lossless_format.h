@@ -50,8 +50,7 @@
 // format's bounds; every table and offset checked before it is read.
 #pragma once
 
-#include <cstring>
-
+#include "kernels/base/bytes.h"
 #include "kernels/base/common.h"
 #include "kernels/base/float_bits.h"
 
@@ -103,55 +102,6 @@ DQ_HD uint16_t crc16(const uint8_t* p, int n) {
     for (int b = 0; b < 8; ++b) c = (c & 0x8000u) ? ((c << 1) ^ 0x1021u) & 0xffffu : (c << 1) & 0xffffu;
   }
   return uint16_t(c);
-}
-
-// ---- little-endian loads and stores (byte-wise on device: no alignment) -------
-
-DQ_HD uint16_t load_u16(const uint8_t* p) { return uint16_t(p[0] | (uint32_t(p[1]) << 8)); }
-DQ_HD void store_u16(uint8_t* p, uint16_t v) {
-  p[0] = uint8_t(v);
-  p[1] = uint8_t(v >> 8);
-}
-DQ_HD uint32_t load_u32(const uint8_t* p) {
-#if defined(__CUDA_ARCH__)
-  return uint32_t(p[0]) | (uint32_t(p[1]) << 8) | (uint32_t(p[2]) << 16) | (uint32_t(p[3]) << 24);
-#else
-  uint32_t v;
-  std::memcpy(&v, p, 4);
-  return v;
-#endif
-}
-DQ_HD void store_u32(uint8_t* p, uint32_t v) {
-#if defined(__CUDA_ARCH__)
-  p[0] = uint8_t(v), p[1] = uint8_t(v >> 8), p[2] = uint8_t(v >> 16), p[3] = uint8_t(v >> 24);
-#else
-  std::memcpy(p, &v, 4);
-#endif
-}
-DQ_HD uint64_t load_u64(const uint8_t* p) {
-#if defined(__CUDA_ARCH__)
-  uint64_t v = 0;
-  for (int i = 7; i >= 0; --i) v = (v << 8) | p[i];
-  return v;
-#else
-  uint64_t v;
-  std::memcpy(&v, p, 8);
-  return v;
-#endif
-}
-DQ_HD void store_u64(uint8_t* p, uint64_t v) {
-#if defined(__CUDA_ARCH__)
-  for (int i = 0; i < 8; ++i) p[i] = uint8_t(v >> (8 * i));
-#else
-  std::memcpy(p, &v, 8);
-#endif
-}
-// Up to 8 bytes from p, of which only `avail` may be read; the rest read as 0.
-DQ_HD uint64_t load_u64_bounded(const uint8_t* p, uint64_t avail) {
-  uint64_t v = 0;
-  const int n = avail < 8 ? int(avail) : 8;
-  for (int i = n - 1; i >= 0; --i) v = (v << 8) | p[i];
-  return v;
 }
 
 // ---- SWAR bit planes over groups of 8 values ---------------------------------

@@ -1,13 +1,11 @@
-// The current CUDA device as a Device (../device.h): its memory, the
-// statistics and non-finite passes on its data, and the four CUDA codecs.
-// Everything runs on the calling thread's current_stream() (cuda_memory.h):
-// the passes, their copies and scratch memory, and the codecs, which take the
-// stream current when they are made. Codecs are made per collective
-// (DynamiqCudaCodec uploads its tables then; a cache would avoid that). A
-// single static instance. Status: compiled with
-// nvcc in CI and run there on the CPU emulation of CUDA
-// (tests/cpp/cuda_collective.cu runs the whole collective driver on it);
-// never on a GPU.
+// The current CUDA device as a Device (../../device.h): its memory, the
+// calling thread's current_stream() (cuda_memory.h) and the non-finite scan
+// on its data. The CUDA codecs and the dynamiq statistics pass are the
+// registry's (../../registry_cuda.cu registers them when device() is first
+// called); they run on the stream current when they are made. A single static
+// instance. Status: compiled with nvcc in CI and run there on the CPU
+// emulation of CUDA (tests/cpp/cuda_collective.cu runs the whole collective
+// driver on it); never on a GPU.
 #pragma once
 
 #include "kernels/device.h"
@@ -16,6 +14,10 @@ namespace dynamiq {
 namespace cuda {
 
 const Device& device();
+
+// Registers the CUDA codec of every built-in mode with the codec registry
+// (registry_cuda.cu); device() calls it once.
+void register_codecs();
 
 }  // namespace cuda
 }  // namespace dynamiq

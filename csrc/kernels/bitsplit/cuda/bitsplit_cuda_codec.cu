@@ -7,12 +7,11 @@
 
 #include "kernels/base/cuda/cuda_memory.h"
 #include "kernels/base/cuda/launch.h"
+#include "kernels/registry.h"
 
 namespace dynamiq {
 namespace cuda {
 namespace {
-
-void check_cuda(cudaError_t e, const char* what) { check(e, "bitsplit cuda", what); }
 
 // The block's local values: the bucket at element e0, or the wire-order
 // float accumulator at the block's first unit.
@@ -33,7 +32,7 @@ void check_aligned(const void* p, const char* what) {
 }  // namespace
 
 BitsplitCudaCodec::BitsplitCudaCodec(const BitsplitParams& p, cudaStream_t stream, bool sync_each_call)
-    : cpu_(p), stream_(stream), sync_(sync_each_call) {
+    : CudaCodec(stream, sync_each_call, MessageSize::kFixed, p) {
   d_bad_ = static_cast<int*>(device_alloc(sizeof(int), stream_));
   check_cuda(cudaMemsetAsync(d_bad_, 0, sizeof(int), stream_), "flag");  // on the kernels' stream
   check_cuda(cudaStreamSynchronize(stream_), "flag");
@@ -41,20 +40,7 @@ BitsplitCudaCodec::BitsplitCudaCodec(const BitsplitParams& p, cudaStream_t strea
 
 BitsplitCudaCodec::~BitsplitCudaCodec() { device_free(d_bad_, stream_); }
 
-BitsplitCudaBlock BitsplitCudaCodec::block(const Plan& plan, const Block& b) const {
-  BitsplitCudaBlock cb;
-  cb.f = cpu_.format(plan.dtype);
-  cb.e0 = std::min(b.w0 * plan.unit, plan.numel);
-  cb.e1 = std::min(b.w1 * plan.unit, plan.numel);
-  return cb;
-}
-
-void BitsplitCudaCodec::finish(cudaError_t launch, const char* what) const {
-  check_cuda(launch, what);
-  if (sync_) check_cuda(cudaStreamSynchronize(stream_), what);
-}
-
-void BitsplitCudaCodec::check_decoded(cudaError_t launch, const char* what) const {
+cudaError_t BitsplitCudaCodec::checked_decode(cudaError_t launch, const char* what) const {
   check_cuda(launch, what);
   int bad = 0;
   check_cuda(cudaMemcpyAsync(&bad, d_bad_, sizeof(int), cudaMemcpyDeviceToHost, stream_), what);
@@ -63,58 +49,46 @@ void BitsplitCudaCodec::check_decoded(cudaError_t launch, const char* what) cons
     check_cuda(cudaMemsetAsync(d_bad_, 0, sizeof(int), stream_), what);
     throw MalformedMessage("bitsplit: a spike index is out of range (GPU decode)");
   }
+  return cudaSuccess;
 }
 
-size_t BitsplitCudaCodec::compress(const Local& x, const Plan& plan, const Block& b, const RngCtx& rng,
-                                   uint8_t* out) const {
-  const size_t bytes = cpu_.static_bytes(plan, b);
-  check_aligned(out, "compress");
-  const BitsplitCudaBlock cb = block(plan, b);
+cudaError_t BitsplitCudaCodec::run(CodecCall& c) const {
+  const Plan& plan = c.plan;
+  if (c.in) check_aligned(c.in, c.what());
+  if (c.out) check_aligned(c.out, c.what());
+  BitsplitCudaBlock cb;
+  cb.f = host_.format(plan.dtype);
+  cb.e0 = std::min(c.b.w0 * plan.unit, plan.numel);
+  cb.e1 = std::min(c.b.w1 * plan.unit, plan.numel);
+  if (c.op == CodecCall::kDecompress) {
+    void* yp = static_cast<uint8_t*>(c.y->bucket) + cb.e0 * dtype_size(plan.dtype);
+    return checked_decode(bitsplit_decompress_cuda(cb, c.in, yp, c.y->divisor, d_bad_, stream_), c.what());
+  }
   bool is_f32 = false;
-  const void* xp = local_at(x, plan, b, cb.e0, is_f32);
-  std::lock_guard<std::mutex> lock(mu_);
-  finish(bitsplit_compress_cuda(cb, xp, is_f32, rng.key, uint32_t(rng.rank), rng.stochastic, out, stream_),
-         "compress");
-  return bytes;
+  const void* xp = local_at(*c.x, plan, c.b, cb.e0, is_f32);
+  switch (c.op) {
+    case CodecCall::kCompress:
+      return bitsplit_compress_cuda(cb, xp, is_f32, c.rng->key, uint32_t(c.rng->rank), c.rng->stochastic, c.out,
+                                    stream_);
+    case CodecCall::kDecompressAccumulate:
+      return checked_decode(bitsplit_decompress_accumulate_cuda(cb, c.in, xp, is_f32, c.acc, d_bad_, stream_),
+                            c.what());
+    default:  // kDecompressAccumulateRecompress
+      return checked_decode(bitsplit_decompress_accumulate_recompress_cuda(cb, c.in, xp, is_f32, c.rng->key,
+                                                                           uint32_t(c.rng->rank), c.rng->stochastic,
+                                                                           c.out, d_bad_, stream_),
+                            c.what());
+  }
 }
 
-void BitsplitCudaCodec::decompress(const uint8_t* in, size_t in_bytes, const Plan& plan, const Block& b,
-                                   const Output& y) const {
-  check_message_size(in_bytes, cpu_.static_bytes(plan, b), "bitsplit");
-  check_aligned(in, "decompress");
-  const BitsplitCudaBlock cb = block(plan, b);
-  void* yp = static_cast<uint8_t*>(y.bucket) + cb.e0 * dtype_size(plan.dtype);
-  std::lock_guard<std::mutex> lock(mu_);
-  check_decoded(bitsplit_decompress_cuda(cb, in, yp, y.divisor, d_bad_, stream_), "decompress");
-}
-
-void BitsplitCudaCodec::decompress_accumulate(const uint8_t* in, size_t in_bytes, const Local& x,
-                                              const Plan& plan, const Block& b, float* acc) const {
-  check_message_size(in_bytes, cpu_.static_bytes(plan, b), "bitsplit");
-  check_aligned(in, "decompress_accumulate");
-  const BitsplitCudaBlock cb = block(plan, b);
-  bool is_f32 = false;
-  const void* xp = local_at(x, plan, b, cb.e0, is_f32);
-  std::lock_guard<std::mutex> lock(mu_);
-  check_decoded(bitsplit_decompress_accumulate_cuda(cb, in, xp, is_f32, acc, d_bad_, stream_),
-                "decompress_accumulate");
-}
-
-size_t BitsplitCudaCodec::decompress_accumulate_recompress(const uint8_t* in, size_t in_bytes, const Local& x,
-                                                           const Plan& plan, const Block& b, const RngCtx& rng,
-                                                           uint8_t* out) const {
-  const size_t bytes = cpu_.static_bytes(plan, b);
-  check_message_size(in_bytes, bytes, "bitsplit");
-  check_aligned(in, "decompress_accumulate_recompress");
-  check_aligned(out, "decompress_accumulate_recompress");
-  const BitsplitCudaBlock cb = block(plan, b);
-  bool is_f32 = false;
-  const void* xp = local_at(x, plan, b, cb.e0, is_f32);
-  std::lock_guard<std::mutex> lock(mu_);
-  check_decoded(bitsplit_decompress_accumulate_recompress_cuda(cb, in, xp, is_f32, rng.key, uint32_t(rng.rank),
-                                                               rng.stochastic, out, d_bad_, stream_),
-                "decompress_accumulate_recompress");
-  return bytes;
+// Mode bitsplit's CUDA codec (registry_cuda.cu).
+DeviceCodecFactory bitsplit_cuda_codec_factory() {
+  DeviceCodecFactory f;
+  f.make_codec = [](const Codec& host, const Device& d) -> std::unique_ptr<Codec> {
+    return std::make_unique<BitsplitCudaCodec>(host_codec_as<BitsplitCodec>(host).params(),
+                                               static_cast<cudaStream_t>(d.stream()));
+  };
+  return f;
 }
 
 }  // namespace cuda

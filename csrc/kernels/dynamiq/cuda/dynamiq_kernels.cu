@@ -53,7 +53,7 @@ template <int B>
 __device__ float decode_elem(const uint8_t* sg, const DynamiqFormat& f, const DqTables& tb, int i,
                              float base, bool accumulate) {
   if constexpr (B == 16) {
-    const float v = bf16_to_f32(uint16_t(sg[2 * i] | (uint16_t(sg[2 * i + 1]) << 8)));
+    const float v = bf16_to_f32(load_u16(sg + 2 * i));
     return accumulate ? base + v : v;
   } else {
     const uint8_t* codes = sg + dynamiq_scale_bytes(B, f);
@@ -224,7 +224,7 @@ __global__ void stats_kernel(const void* data, DType dt, int64_t numel, int32_t 
     const double v = double(f);
     ls += v;
     lq += v * v;
-    bad |= (f32_bits(f) & 0x7f800000u) == 0x7f800000u ? 1u : 0u;
+    bad |= DTypeTraits<DType::kF32>::nonfinite(f);  // (the conversion keeps inf and nan)
   }
   s[l] = ls;
   q[l] = lq;

@@ -8,6 +8,7 @@
 
 #include "kernels/base/float_bits.h"
 #include "kernels/base/cuda/launch.h"
+#include "kernels/registry.h"
 
 namespace dynamiq {
 namespace cuda {
@@ -69,81 +70,52 @@ const void* local_at(const Local& x, const Plan& plan, int64_t e0, bool& is_f32)
 
 }  // namespace
 
-void IdentityCudaCodec::finish(cudaError_t e, const char* what) const {
-  if (e == cudaSuccess && sync_) e = cudaStreamSynchronize(stream_);
-  check(e, "identity cuda", what);
-}
-
-size_t IdentityCudaCodec::compress(const Local& x, const Plan& plan, const Block& b, const RngCtx&,
-                                   uint8_t* out) const {
-  const size_t bytes = cpu_.static_bytes(plan, b);
-  const Span s = span_of(plan, b);
+cudaError_t IdentityCudaCodec::run(CodecCall& c) const {
+  const Plan& plan = c.plan;
+  const Span s = span_of(plan, c.b);
   const int64_t n = s.e1 - s.e0;
-  if (n == 0) return bytes;
-  bool is_f32 = false;
-  const void* xp = local_at(x, plan, s.e0, is_f32);
-  cudaError_t e = cudaSuccess;
-  if (!is_f32) {
-    if (xp != out) e = cudaMemcpyAsync(out, xp, bytes, cudaMemcpyDeviceToDevice, stream_);
-  } else {
+  if (n == 0) return cudaSuccess;
+  const size_t bytes = size_t(n) * size_t(dtype_size(plan.dtype));
+  if (c.op == CodecCall::kDecompress) {
+    uint8_t* dst = static_cast<uint8_t*>(c.y->bucket) + s.e0 * dtype_size(plan.dtype);
+    if (c.y->divisor == 1.0f) return dst != c.in ? cudaMemcpyAsync(dst, c.in, bytes, cudaMemcpyDeviceToDevice, stream_)
+                                                  : cudaSuccess;
     DQ_DISPATCH_DTYPE(plan.dtype, T, [&] {
-      DQ_LAUNCH(sum_store_kernel<T>, grid_for(n), kThreads, 0, stream_)(xp, true, nullptr, out, n);
+      DQ_LAUNCH(divide_kernel<T>, grid_for(n), kThreads, 0, stream_)(c.in, dst, c.y->divisor, n);
     });
-    e = cudaGetLastError();
+    return cudaGetLastError();
   }
-  finish(e, "compress");
-  return bytes;
-}
-
-void IdentityCudaCodec::decompress(const uint8_t* in, size_t in_bytes, const Plan& plan, const Block& b,
-                                   const Output& y) const {
-  const size_t bytes = cpu_.static_bytes(plan, b);
-  check_message_size(in_bytes, bytes, "identity");
-  const Span s = span_of(plan, b);
-  const int64_t n = s.e1 - s.e0;
-  if (n == 0) return;
-  uint8_t* dst = static_cast<uint8_t*>(y.bucket) + s.e0 * dtype_size(plan.dtype);
-  cudaError_t e = cudaSuccess;
-  if (y.divisor == 1.0f) {
-    if (dst != in) e = cudaMemcpyAsync(dst, in, bytes, cudaMemcpyDeviceToDevice, stream_);
-  } else {
-    DQ_DISPATCH_DTYPE(plan.dtype, T, [&] {
-      DQ_LAUNCH(divide_kernel<T>, grid_for(n), kThreads, 0, stream_)(in, dst, y.divisor, n);
-    });
-    e = cudaGetLastError();
+  bool is_f32 = false;
+  const void* xp = local_at(*c.x, plan, s.e0, is_f32);
+  switch (c.op) {
+    case CodecCall::kCompress:
+      if (!is_f32) return xp != c.out ? cudaMemcpyAsync(c.out, xp, bytes, cudaMemcpyDeviceToDevice, stream_)
+                                      : cudaSuccess;
+      DQ_DISPATCH_DTYPE(plan.dtype, T, [&] {
+        DQ_LAUNCH(sum_store_kernel<T>, grid_for(n), kThreads, 0, stream_)(xp, true, nullptr, c.out, n);
+      });
+      break;
+    case CodecCall::kDecompressAccumulate:
+      DQ_DISPATCH_DTYPE(plan.dtype, T, [&] {
+        DQ_LAUNCH(sum_acc_kernel<T>, grid_for(n), kThreads, 0, stream_)(xp, is_f32, c.in, c.acc, n);
+      });
+      break;
+    default:  // kDecompressAccumulateRecompress
+      DQ_DISPATCH_DTYPE(plan.dtype, T, [&] {
+        DQ_LAUNCH(sum_store_kernel<T>, grid_for(n), kThreads, 0, stream_)(xp, is_f32, c.in, c.out, n);
+      });
+      break;
   }
-  finish(e, "decompress");
+  return cudaGetLastError();
 }
 
-void IdentityCudaCodec::decompress_accumulate(const uint8_t* in, size_t in_bytes, const Local& x,
-                                              const Plan& plan, const Block& b, float* acc) const {
-  check_message_size(in_bytes, cpu_.static_bytes(plan, b), "identity");
-  const Span s = span_of(plan, b);
-  const int64_t n = s.e1 - s.e0;
-  if (n == 0) return;
-  bool is_f32 = false;
-  const void* xp = local_at(x, plan, s.e0, is_f32);
-  DQ_DISPATCH_DTYPE(plan.dtype, T, [&] {
-    DQ_LAUNCH(sum_acc_kernel<T>, grid_for(n), kThreads, 0, stream_)(xp, is_f32, in, acc, n);
-  });
-  finish(cudaGetLastError(), "decompress_accumulate");
-}
-
-size_t IdentityCudaCodec::decompress_accumulate_recompress(const uint8_t* in, size_t in_bytes, const Local& x,
-                                                           const Plan& plan, const Block& b, const RngCtx&,
-                                                           uint8_t* out) const {
-  const size_t bytes = cpu_.static_bytes(plan, b);
-  check_message_size(in_bytes, bytes, "identity");
-  const Span s = span_of(plan, b);
-  const int64_t n = s.e1 - s.e0;
-  if (n == 0) return bytes;
-  bool is_f32 = false;
-  const void* xp = local_at(x, plan, s.e0, is_f32);
-  DQ_DISPATCH_DTYPE(plan.dtype, T, [&] {
-    DQ_LAUNCH(sum_store_kernel<T>, grid_for(n), kThreads, 0, stream_)(xp, is_f32, in, out, n);
-  });
-  finish(cudaGetLastError(), "decompress_accumulate_recompress");
-  return bytes;
+// Mode none's CUDA codec (registry_cuda.cu).
+DeviceCodecFactory identity_cuda_codec_factory() {
+  DeviceCodecFactory f;
+  f.make_codec = [](const Codec&, const Device& d) -> std::unique_ptr<Codec> {
+    return std::make_unique<IdentityCudaCodec>(static_cast<cudaStream_t>(d.stream()));
+  };
+  return f;
 }
 
 }  // namespace cuda

@@ -6,12 +6,11 @@
 
 #include "kernels/base/cuda/cuda_memory.h"
 #include "kernels/base/cuda/launch.h"
+#include "kernels/registry.h"
 
 namespace dynamiq {
 namespace cuda {
 namespace {
-
-void check_cuda(cudaError_t e, const char* what) { check(e, "lossless cuda", what); }
 
 enum Scratch : int { kExps = 0, kRaw = 1, kSum = 2, kHist = 3 };
 
@@ -22,8 +21,9 @@ int64_t count_of(const Plan& plan, const Block& b) {
 
 }  // namespace
 
+// Variable-size messages, each call waits for its work itself: no wait in the base.
 LosslessCudaCodec::LosslessCudaCodec(LosslessOptions opt, cudaStream_t stream)
-    : cpu_(opt), opt_(opt), id_(stream, true), stream_(stream) {}
+    : CudaCodec(stream, false, MessageSize::kVariable, opt), opt_(opt), id_(stream, true) {}
 
 LosslessCudaCodec::~LosslessCudaCodec() {
   for (uint8_t* p : scratch_) device_free(p, stream_);
@@ -45,7 +45,7 @@ size_t LosslessCudaCodec::dynamic_bytes(const uint8_t* static_part, const Plan& 
   uint8_t header[lossless::kHeaderBytes];
   check_cuda(cudaMemcpyAsync(header, static_part, sizeof(header), cudaMemcpyDeviceToHost, stream_), "header");
   check_cuda(cudaStreamSynchronize(stream_), "header");
-  return cpu_.dynamic_bytes(header, plan, b);
+  return host_.dynamic_bytes(header, plan, b);
 }
 
 size_t LosslessCudaCodec::encode(const void* values, DType dtype, int64_t n, uint8_t* out) const {
@@ -81,58 +81,57 @@ void LosslessCudaCodec::decode(const uint8_t* in, size_t in_bytes, DType dtype, 
   check_cuda(cudaStreamSynchronize(stream_), "merge");
 }
 
-size_t LosslessCudaCodec::compress(const Local& x, const Plan& plan, const Block& b, const RngCtx& rng,
-                                   uint8_t* out) const {
-  cpu_.static_bytes(plan, b);  // validates the plan and block
-  const int64_t n = count_of(plan, b), e0 = std::min(b.w0 * plan.unit, plan.numel);
+cudaError_t LosslessCudaCodec::run(CodecCall& c) const {
+  const Plan& plan = c.plan;
+  const int64_t n = count_of(plan, c.b), e0 = std::min(c.b.w0 * plan.unit, plan.numel);
   const size_t es = size_t(dtype_size(plan.dtype));
-  std::lock_guard<std::mutex> lock(mu_);
-  const void* values;
-  if (x.acc) {
-    // the identity codec's rounding of the float accumulator to the bucket dtype
-    uint8_t* raw = scratch(kRaw, size_t(n) * es);
-    id_.compress(x, plan, b, rng, raw);
-    values = raw;
-  } else {
-    values = static_cast<const uint8_t*>(x.bucket) + size_t(e0) * es;
+  const size_t bytes = size_t(n) * es;
+  switch (c.op) {
+    case CodecCall::kCompress: {
+      const void* values;
+      if (c.x->acc) {
+        // the identity codec's rounding of the float accumulator to the bucket dtype
+        uint8_t* raw = scratch(kRaw, bytes);
+        id_.compress(*c.x, plan, c.b, *c.rng, raw);
+        values = raw;
+      } else {
+        values = static_cast<const uint8_t*>(c.x->bucket) + size_t(e0) * es;
+      }
+      c.out_bytes = encode(values, plan.dtype, n, c.out);
+      break;
+    }
+    case CodecCall::kDecompress: {
+      uint8_t* dst = static_cast<uint8_t*>(c.y->bucket) + size_t(e0) * es;
+      decode(c.in, c.in_bytes, plan.dtype, n, dst);
+      if (c.y->divisor != 1.0f) id_.decompress(dst, bytes, plan, c.b, *c.y);  // in place, as the CPU codec
+      break;
+    }
+    case CodecCall::kDecompressAccumulate: {
+      uint8_t* raw = scratch(kRaw, bytes);
+      decode(c.in, c.in_bytes, plan.dtype, n, raw);
+      id_.decompress_accumulate(raw, bytes, *c.x, plan, c.b, c.acc);
+      break;
+    }
+    case CodecCall::kDecompressAccumulateRecompress: {
+      uint8_t* raw = scratch(kRaw, bytes);
+      decode(c.in, c.in_bytes, plan.dtype, n, raw);
+      uint8_t* sum = scratch(kSum, bytes);
+      id_.decompress_accumulate_recompress(raw, bytes, *c.x, plan, c.b, *c.rng, sum);
+      c.out_bytes = encode(sum, plan.dtype, n, c.out);
+      break;
+    }
   }
-  return encode(values, plan.dtype, n, out);
+  return cudaSuccess;
 }
 
-void LosslessCudaCodec::decompress(const uint8_t* in, size_t in_bytes, const Plan& plan, const Block& b,
-                                   const Output& y) const {
-  cpu_.static_bytes(plan, b);
-  const int64_t n = count_of(plan, b), e0 = std::min(b.w0 * plan.unit, plan.numel);
-  const size_t es = size_t(dtype_size(plan.dtype));
-  uint8_t* dst = static_cast<uint8_t*>(y.bucket) + size_t(e0) * es;
-  std::lock_guard<std::mutex> lock(mu_);
-  decode(in, in_bytes, plan.dtype, n, dst);
-  if (y.divisor != 1.0f) id_.decompress(dst, size_t(n) * es, plan, b, y);  // in place, as the CPU codec
-}
-
-void LosslessCudaCodec::decompress_accumulate(const uint8_t* in, size_t in_bytes, const Local& x,
-                                              const Plan& plan, const Block& b, float* acc) const {
-  cpu_.static_bytes(plan, b);
-  const int64_t n = count_of(plan, b);
-  const size_t bytes = size_t(n) * size_t(dtype_size(plan.dtype));
-  std::lock_guard<std::mutex> lock(mu_);
-  uint8_t* raw = scratch(kRaw, bytes);
-  decode(in, in_bytes, plan.dtype, n, raw);
-  id_.decompress_accumulate(raw, bytes, x, plan, b, acc);
-}
-
-size_t LosslessCudaCodec::decompress_accumulate_recompress(const uint8_t* in, size_t in_bytes, const Local& x,
-                                                           const Plan& plan, const Block& b, const RngCtx& rng,
-                                                           uint8_t* out) const {
-  cpu_.static_bytes(plan, b);
-  const int64_t n = count_of(plan, b);
-  const size_t bytes = size_t(n) * size_t(dtype_size(plan.dtype));
-  std::lock_guard<std::mutex> lock(mu_);
-  uint8_t* raw = scratch(kRaw, bytes);
-  decode(in, in_bytes, plan.dtype, n, raw);
-  uint8_t* sum = scratch(kSum, bytes);
-  id_.decompress_accumulate_recompress(raw, bytes, x, plan, b, rng, sum);
-  return encode(sum, plan.dtype, n, out);
+// Mode lossless's CUDA codec (registry_cuda.cu).
+DeviceCodecFactory lossless_cuda_codec_factory() {
+  DeviceCodecFactory f;
+  f.make_codec = [](const Codec& host, const Device& d) -> std::unique_ptr<Codec> {
+    return std::make_unique<LosslessCudaCodec>(host_codec_as<LosslessCodec>(host).options(),
+                                               static_cast<cudaStream_t>(d.stream()));
+  };
+  return f;
 }
 
 }  // namespace cuda

@@ -1,63 +1,42 @@
 // The lossless codec's Codec interface over its CUDA kernels (../lossless_cuda.h),
 // as DynamiqCudaCodec is for DynamiQ: the same two-part messages, bytes and
 // values as the CPU LosslessCodec (tests/cpp/cuda_collective.cu runs the
-// in-process all-reduce with both). Pointers are device pointers. The host
-// takes part where the format needs it: the exponent histogram and the encode
-// plan, the announced size of a received dynamic part (its 16-byte header is
-// copied to the host), and the parse of a received message (correctness first:
-// the whole message is copied to the host for lossless_parse; a GPU-side parse
-// would avoid that copy). So every call waits for its work. Sums and the mean's
-// division are the identity codec's (IdentityCudaCodec), as on the CPU.
-// Thread-safe. Status: compiled with nvcc in CI and run there on the CPU
-// emulation of CUDA (tests/cpp/cuda_emu); never on a GPU.
+// in-process all-reduce with both). The host takes part where the format
+// needs it: the exponent histogram and the encode plan, the announced size of
+// a received dynamic part (its 16-byte header is copied to the host), and the
+// parse of a received message (correctness first: the whole message is copied
+// to the host for lossless_parse; a GPU-side parse would avoid that copy). So
+// every call waits for its work. Sums and the mean's division are the identity
+// codec's (IdentityCudaCodec), as on the CPU. Status: compiled with nvcc in CI
+// and run there on the CPU emulation of CUDA (tests/cpp/cuda_emu); never on a GPU.
 #pragma once
 
-#include <mutex>
-#include <vector>
-
+#include "kernels/base/cuda/cuda_codec.h"
+#include "kernels/identity/cuda/identity_cuda_codec.h"
 #include "kernels/lossless/lossless_codec.h"
 #include "kernels/lossless/lossless_cuda.h"
-#include "kernels/identity/cuda/identity_cuda_codec.h"
 
 namespace dynamiq {
 namespace cuda {
 
-class LosslessCudaCodec final : public Codec {
+class LosslessCudaCodec final : public CudaCodec<LosslessCodec> {
  public:
   explicit LosslessCudaCodec(LosslessOptions opt = {}, cudaStream_t stream = nullptr);
   ~LosslessCudaCodec() override;
-  LosslessCudaCodec(const LosslessCudaCodec&) = delete;
-  LosslessCudaCodec& operator=(const LosslessCudaCodec&) = delete;
 
-  std::string name() const override { return "lossless"; }
-  size_t static_bytes(const Plan& plan, const Block& b) const override { return cpu_.static_bytes(plan, b); }
-  size_t max_dynamic_bytes(const Plan& plan, const Block& b) const override {
-    return cpu_.max_dynamic_bytes(plan, b);
-  }
   size_t dynamic_bytes(const uint8_t* static_part, const Plan& plan, const Block& b) const override;
-  size_t compress(const Local& x, const Plan& plan, const Block& b, const RngCtx& rng,
-                  uint8_t* out) const override;
-  void decompress(const uint8_t* in, size_t in_bytes, const Plan& plan, const Block& b,
-                  const Output& y) const override;
-  void decompress_accumulate(const uint8_t* in, size_t in_bytes, const Local& x, const Plan& plan,
-                             const Block& b, float* acc) const override;
-  size_t decompress_accumulate_recompress(const uint8_t* in, size_t in_bytes, const Local& x,
-                                          const Plan& plan, const Block& b, const RngCtx& rng,
-                                          uint8_t* out) const override;
 
  private:
-  // Device scratch, grown on demand. Caller holds mu_.
+  cudaError_t run(CodecCall& c) const override;
+  // Device scratch, grown on demand. Caller holds the lock.
   uint8_t* scratch(int k, size_t bytes) const;
-  // out <- the message of n dtype values at `values` (device). Caller holds mu_.
+  // out <- the message of n dtype values at `values` (device). Caller holds the lock.
   size_t encode(const void* values, DType dtype, int64_t n, uint8_t* out) const;
-  // values <- decode of a received message. Caller holds mu_.
+  // values <- decode of a received message. Caller holds the lock.
   void decode(const uint8_t* in, size_t in_bytes, DType dtype, int64_t n, void* values) const;
 
-  LosslessCodec cpu_;  // sizes and checks
   LosslessOptions opt_;
   IdentityCudaCodec id_;
-  cudaStream_t stream_;
-  mutable std::mutex mu_;
   mutable uint8_t* scratch_[4] = {nullptr, nullptr, nullptr, nullptr};  // exps, raw, sum, hist
   mutable size_t scratch_bytes_[4] = {0, 0, 0, 0};
 };
