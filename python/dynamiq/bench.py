@@ -41,9 +41,13 @@ from dataclasses import asdict, dataclass, field
 from datetime import timedelta
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
+import torch  # noqa: F401  (loads libtorch before the extension)
+
+from . import _C
+
 PROG = "python -m dynamiq.bench"
-DYNAMIQ_MODES = ("none", "dynamiq", "lossless", "bitsplit")
-EXACT_MODES = ("none", "lossless")
+DYNAMIQ_MODES = tuple(_C.available_modes())  # the codec registry's list
+EXACT_MODES = tuple(m for m in DYNAMIQ_MODES if _C.mode_is_exact(m))
 DEFAULT_MODES = "none,dynamiq:3,dynamiq:5,dynamiq:8,lossless,bitsplit:4"
 DEFAULT_SIZES = "1M,16M,64M"
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}

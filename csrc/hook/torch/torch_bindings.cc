@@ -466,6 +466,11 @@ PYBIND11_MODULE(_C, m) {
         "The id of a registered mode (CollectiveConfig.mode); DynamiqError for an unknown name.");
   m.def("mode_name", [](int id) { return std::string(id >= 0 && id <= 255 ? mode_name(Mode(id)) : "?"); },
         py::arg("id"), "The name of a registered mode id, '?' for another.");
+  m.def("mode_is_exact", [](const std::string& name) {
+    CollectiveConfig c;
+    c.mode = mode_id(name);
+    return make_scheme(c)->exact();
+  }, py::arg("name"), "True for a registered mode whose result is exact (Scheme::exact: none, lossless).");
   m.def(
       "dynamiq_sg_bytes",
       [](int width, int supergroup_size, int group_size, bool hierarchical) {

@@ -15,6 +15,7 @@
 #include "kernels/base/parallel.h"
 #include "kernels/base/unit_io.h"
 #include "kernels/dynamiq/dynamiq_cpu.h"
+#include "kernels/dynamiq/dynamiq_cpu_avx2.h"
 
 namespace dynamiq {
 namespace dq_cpu {
