@@ -1,0 +1,145 @@
+#!/usr/bin/env bash
+# Coverage-guided fuzzing of every decoder of received bytes (tests/fuzz/, libFuzzer with
+# AddressSanitizer + UBSan, clang from Debian).
+#   bash scripts/fuzz.sh [SECONDS]          # every target SECONDS (default 60), corpus kept in build/fuzz-work
+#   bash scripts/fuzz.sh --ci [SECONDS]     # CI: fixed seed, only the generated seed corpus, SECONDS (default 8)
+#   bash scripts/fuzz.sh --record SECONDS   # a campaign, written to experiments/results/fuzz/
+#   FUZZ_TARGETS="fuzz_plan fuzz_collective" bash scripts/fuzz.sh 30   # some targets only
+#   FUZZ_JOBS=2 ...                          # targets run this many at a time (default 1)
+# Fails (exit 1) on a finding: the input is kept as build/fuzz-artifacts/<target>-crash-*,
+# and the line to reproduce it is printed. Installs clang-19, libclang-rt-19-dev and llvm-19
+# (the symbolizer) if missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+MODE=dev
+RECORD=0
+case "${1:-}" in
+  --ci) MODE=ci; shift ;;
+  --record) RECORD=1; shift ;;
+esac
+SECS=${1:-$([ "$MODE" = ci ] && echo 8 || echo 60)}
+JOBS=${JOBS:-2}
+FUZZ_JOBS=${FUZZ_JOBS:-1}
+CLANG=${CLANG:-clang++-19}
+log() { printf '[fuzz] %s\n' "$*"; }
+
+apt_pkgs=()
+command -v "$CLANG" >/dev/null 2>&1 || apt_pkgs+=(clang-19)
+ls /usr/lib/llvm-19/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a >/dev/null 2>&1 || apt_pkgs+=(libclang-rt-19-dev)
+[ -x /usr/lib/llvm-19/bin/llvm-symbolizer ] || apt_pkgs+=(llvm-19)
+if [ ${#apt_pkgs[@]} -gt 0 ]; then
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  log "installing Debian packages: ${apt_pkgs[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  if ! $SUDO apt-get install -y --no-install-recommends "${apt_pkgs[@]}" >/tmp/dynamiq-apt-fuzz.log 2>&1; then
+    $SUDO apt-get update >>/tmp/dynamiq-apt-fuzz.log 2>&1
+    $SUDO apt-get install -y --no-install-recommends "${apt_pkgs[@]}" >>/tmp/dynamiq-apt-fuzz.log 2>&1 \
+      || { cat /tmp/dynamiq-apt-fuzz.log; exit 1; }
+  fi
+fi
+export ASAN_SYMBOLIZER_PATH=/usr/lib/llvm-19/bin/llvm-symbolizer
+# leaks are findings too; a UBSan report stops the run (-fno-sanitize-recover)
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:allocator_may_return_null=1}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+
+# -O1 -g1 as the ASan stage of scripts/test.sh; ccache when present.
+B=build/fuzz
+command -v ccache >/dev/null 2>&1 && export CMAKE_CXX_COMPILER_LAUNCHER=ccache
+t0=$SECONDS
+cmake -S . -B $B -G Ninja -DCMAKE_CXX_COMPILER="$CLANG" -DDYNAMIQ_BUILD_PYTHON=OFF -DDYNAMIQ_CUDA=OFF \
+  -DDYNAMIQ_BUILD_FUZZERS=ON -DCMAKE_BUILD_TYPE=None "-DCMAKE_CXX_FLAGS=-O1 -g1" >build/fuzz-configure.log 2>&1 \
+  || { cat build/fuzz-configure.log; exit 1; }
+ALL=$(cd tests/fuzz && ls fuzz_*.cc | sed 's/\.cc$//' | tr '\n' ' ')
+TARGETS=${FUZZ_TARGETS:-$ALL}
+ninja -C $B -j "$JOBS" fuzz_corpus $TARGETS >build/fuzz-build.log 2>&1 || { tail -60 build/fuzz-build.log; exit 1; }
+log "built in $((SECONDS - t0)) s: $TARGETS"
+
+# The seed corpus, written afresh from real messages (tests/fuzz/corpus/make_corpus.cc).
+rm -rf build/fuzz-seeds
+$B/tests/fuzz/fuzz_corpus build/fuzz-seeds >/dev/null
+mkdir -p build/fuzz-artifacts build/fuzz-logs
+
+run_target() {
+  local t=$1 work
+  if [ "$MODE" = ci ]; then
+    # deterministic in its corpus: the generated seeds only, nothing kept from earlier runs
+    work=build/fuzz-ci/$t
+    rm -rf "$work"
+    mkdir -p "$work"
+    extra=(-seed=1)
+  else
+    work=build/fuzz-work/$t
+    mkdir -p "$work"
+    extra=()
+  fi
+  # -timeout: one input longer than 10 s is a hang (a finding); 2.5 GB: a growing memory
+  # use is one too. -use_value_profile: comparisons guide the search (header fields, counts).
+  /usr/bin/time -f "%U %S %e" -o build/fuzz-logs/$t.time nice -n 19 $B/tests/fuzz/$t "$work" build/fuzz-seeds/$t -max_total_time="$SECS" -timeout=10 \
+    -rss_limit_mb=2560 -use_value_profile=1 -print_final_stats=1 -artifact_prefix="build/fuzz-artifacts/$t-" \
+    "${extra[@]}" >build/fuzz-logs/$t.log 2>&1
+}
+
+rc_all=0
+failed=()
+running=0
+pids=()
+names=()
+for t in $TARGETS; do
+  run_target "$t" &
+  pids+=($!)
+  names+=("$t")
+  running=$((running + 1))
+  if [ "$running" -ge "$FUZZ_JOBS" ]; then
+    wait "${pids[0]}" || { rc_all=1; failed+=("${names[0]}"); }
+    pids=("${pids[@]:1}")
+    names=("${names[@]:1}")
+    running=$((running - 1))
+  fi
+done
+for i in "${!pids[@]}"; do
+  wait "${pids[$i]}" || { rc_all=1; failed+=("${names[$i]}"); }
+done
+
+# One line per target from libFuzzer's final stats (and build/fuzz-logs/summary.json).
+python3 - "$SECS" "$MODE" $TARGETS <<'EOF'
+import json, re, sys
+secs, mode, targets = sys.argv[1], sys.argv[2], sys.argv[3:]
+rows = []
+print(f"{'target':22} {'execs':>10} {'exec/s':>7} {'cpu s':>6} {'cov':>6} {'of':>6} {'ft':>7} {'corpus':>7} {'rss MB':>7}  result")
+for t in targets:
+    text = open(f"build/fuzz-logs/{t}.log", errors="replace").read()
+    last = [l for l in text.splitlines() if re.match(r"#\d+\s", l)]
+    m = re.search(r"cov: (\d+) ft: (\d+) corp: (\d+)/", last[-1]) if last else None
+    pcs = re.search(r"Loaded 1 modules\s+\((\d+) inline 8-bit counters\)", text)
+    st = {k: int(v) for k, v in re.findall(r"stat::(\w+):\s+(\d+)", text)}
+    try:
+        user, sys_, wall = (float(x) for x in open(f"build/fuzz-logs/{t}.time").read().split()[-3:])
+    except (OSError, ValueError):
+        user = sys_ = wall = float("nan")
+    ok = "Done " in text and "ERROR" not in text and "FUZZ FINDING" not in text
+    row = dict(target=t, execs=st.get("number_of_executed_units"), exec_per_s=st.get("average_exec_per_sec"),
+               cpu_s=round(user + sys_, 1), wall_s=round(wall, 1), cov=int(m.group(1)) if m else None,
+               counters=int(pcs.group(1)) if pcs else None, ft=int(m.group(2)) if m else None,
+               corpus=int(m.group(3)) if m else None, peak_rss_mb=st.get("peak_rss_mb"),
+               result="ok" if ok else "FINDING")
+    rows.append(row)
+    print(f"{t:22} {row['execs'] or '?':>10} {row['exec_per_s'] or '?':>7} {row['cpu_s']:>6} {row['cov'] or '?':>6} "
+          f"{row['counters'] or '?':>6} {row['ft'] or '?':>7} {row['corpus'] or '?':>7} {row['peak_rss_mb'] or '?':>7}  {row['result']}")
+json.dump(dict(seconds_per_target=int(secs), mode=mode, targets=rows), open("build/fuzz-logs/summary.json", "w"), indent=1)
+EOF
+
+if [ "$rc_all" -ne 0 ]; then
+  for t in "${failed[@]}"; do
+    echo "== FINDING in $t (build/fuzz-logs/$t.log):"
+    grep -E "FUZZ FINDING|ERROR|runtime error|SUMMARY|^    #[0-9] " "build/fuzz-logs/$t.log" | head -30
+    for a in build/fuzz-artifacts/$t-*; do
+      [ -e "$a" ] && echo "   reproduce: $B/tests/fuzz/$t $a"
+    done
+  done
+  exit 1
+fi
+if [ "$RECORD" -eq 1 ]; then
+  python3 tests/fuzz/record.py
+fi
+log "no finding ($((SECONDS - t0)) s in all)"
