@@ -6,6 +6,8 @@
 #   bash scripts/fuzz.sh --record SECONDS   # a campaign, written to experiments/results/fuzz/
 #   FUZZ_TARGETS="fuzz_plan fuzz_collective" bash scripts/fuzz.sh 30   # some targets only
 #   FUZZ_JOBS=2 ...                          # targets run this many at a time (default 1)
+#   FUZZ_CPU_ARCH= ...                       # the portable kernels (no intrinsics; build/fuzz-generic)
+#                                            # instead of the x86-64-v3 (AVX2) build
 # Fails (exit 1) on a finding: the input is kept as build/fuzz-artifacts/<target>-crash-*,
 # and the line to reproduce it is printed. Installs clang-19, libclang-rt-19-dev and llvm-19
 # (the symbolizer) if missing.
@@ -45,39 +47,44 @@ export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 
 # -O1 -g1 as the ASan stage of scripts/test.sh; ccache when present.
 B=build/fuzz
+ARCH_ARGS=()
+if [ "${FUZZ_CPU_ARCH+set}" = set ]; then
+  B=build/fuzz-${FUZZ_CPU_ARCH:-generic}
+  ARCH_ARGS=(-DDYNAMIQ_CPU_ARCH="$FUZZ_CPU_ARCH")
+fi
 command -v ccache >/dev/null 2>&1 && export CMAKE_CXX_COMPILER_LAUNCHER=ccache
 t0=$SECONDS
 cmake -S . -B $B -G Ninja -DCMAKE_CXX_COMPILER="$CLANG" -DDYNAMIQ_BUILD_PYTHON=OFF -DDYNAMIQ_CUDA=OFF \
-  -DDYNAMIQ_BUILD_FUZZERS=ON -DCMAKE_BUILD_TYPE=None "-DCMAKE_CXX_FLAGS=-O1 -g1" >build/fuzz-configure.log 2>&1 \
-  || { cat build/fuzz-configure.log; exit 1; }
+  -DDYNAMIQ_BUILD_FUZZERS=ON -DCMAKE_BUILD_TYPE=None "-DCMAKE_CXX_FLAGS=-O1 -g1" "${ARCH_ARGS[@]}" >$B-configure.log 2>&1 \
+  || { cat $B-configure.log; exit 1; }
 ALL=$(cd tests/fuzz && ls fuzz_*.cc | sed 's/\.cc$//' | tr '\n' ' ')
 TARGETS=${FUZZ_TARGETS:-$ALL}
-ninja -C $B -j "$JOBS" fuzz_corpus $TARGETS >build/fuzz-build.log 2>&1 || { tail -60 build/fuzz-build.log; exit 1; }
+ninja -C $B -j "$JOBS" fuzz_corpus $TARGETS >$B-build.log 2>&1 || { tail -60 $B-build.log; exit 1; }
 log "built in $((SECONDS - t0)) s: $TARGETS"
 
 # The seed corpus, written afresh from real messages (tests/fuzz/corpus/make_corpus.cc).
-rm -rf build/fuzz-seeds
-$B/tests/fuzz/fuzz_corpus build/fuzz-seeds >/dev/null
-mkdir -p build/fuzz-artifacts build/fuzz-logs
+rm -rf $B-seeds
+$B/tests/fuzz/fuzz_corpus $B-seeds >/dev/null
+mkdir -p $B-artifacts $B-logs
 
 run_target() {
   local t=$1 work
   if [ "$MODE" = ci ]; then
     # deterministic in its corpus: the generated seeds only, nothing kept from earlier runs
-    work=build/fuzz-ci/$t
+    work=$B-ci/$t
     rm -rf "$work"
     mkdir -p "$work"
     extra=(-seed=1)
   else
-    work=build/fuzz-work/$t
+    work=$B-work/$t
     mkdir -p "$work"
     extra=()
   fi
   # -timeout: one input longer than 10 s is a hang (a finding); 2.5 GB: a growing memory
   # use is one too. -use_value_profile: comparisons guide the search (header fields, counts).
-  /usr/bin/time -f "%U %S %e" -o build/fuzz-logs/$t.time nice -n 19 $B/tests/fuzz/$t "$work" build/fuzz-seeds/$t -max_total_time="$SECS" -timeout=10 \
-    -rss_limit_mb=2560 -use_value_profile=1 -print_final_stats=1 -artifact_prefix="build/fuzz-artifacts/$t-" \
-    "${extra[@]}" >build/fuzz-logs/$t.log 2>&1
+  /usr/bin/time -f "%U %S %e" -o $B-logs/$t.time nice -n 19 $B/tests/fuzz/$t "$work" $B-seeds/$t -max_total_time="$SECS" -timeout=10 \
+    -rss_limit_mb=2560 -use_value_profile=1 -print_final_stats=1 -artifact_prefix="$B-artifacts/$t-" \
+    "${extra[@]}" >$B-logs/$t.log 2>&1
 }
 
 rc_all=0
@@ -101,20 +108,20 @@ for i in "${!pids[@]}"; do
   wait "${pids[$i]}" || { rc_all=1; failed+=("${names[$i]}"); }
 done
 
-# One line per target from libFuzzer's final stats (and build/fuzz-logs/summary.json).
-python3 - "$SECS" "$MODE" $TARGETS <<'EOF'
+# One line per target from libFuzzer's final stats (and $B-logs/summary.json).
+python3 - "$SECS" "$MODE" "$B" $TARGETS <<'EOF'
 import json, re, sys
-secs, mode, targets = sys.argv[1], sys.argv[2], sys.argv[3:]
+secs, mode, b, targets = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
 rows = []
 print(f"{'target':22} {'execs':>10} {'exec/s':>7} {'cpu s':>6} {'cov':>6} {'of':>6} {'ft':>7} {'corpus':>7} {'rss MB':>7}  result")
 for t in targets:
-    text = open(f"build/fuzz-logs/{t}.log", errors="replace").read()
+    text = open(f"{b}-logs/{t}.log", errors="replace").read()
     last = [l for l in text.splitlines() if re.match(r"#\d+\s", l)]
     m = re.search(r"cov: (\d+) ft: (\d+) corp: (\d+)/", last[-1]) if last else None
     pcs = re.search(r"Loaded 1 modules\s+\((\d+) inline 8-bit counters\)", text)
     st = {k: int(v) for k, v in re.findall(r"stat::(\w+):\s+(\d+)", text)}
     try:
-        user, sys_, wall = (float(x) for x in open(f"build/fuzz-logs/{t}.time").read().split()[-3:])
+        user, sys_, wall = (float(x) for x in open(f"{b}-logs/{t}.time").read().split()[-3:])
     except (OSError, ValueError):
         user = sys_ = wall = float("nan")
     ok = "Done " in text and "ERROR" not in text and "FUZZ FINDING" not in text
@@ -126,20 +133,20 @@ for t in targets:
     rows.append(row)
     print(f"{t:22} {row['execs'] or '?':>10} {row['exec_per_s'] or '?':>7} {row['cpu_s']:>6} {row['cov'] or '?':>6} "
           f"{row['counters'] or '?':>6} {row['ft'] or '?':>7} {row['corpus'] or '?':>7} {row['peak_rss_mb'] or '?':>7}  {row['result']}")
-json.dump(dict(seconds_per_target=int(secs), mode=mode, targets=rows), open("build/fuzz-logs/summary.json", "w"), indent=1)
+json.dump(dict(seconds_per_target=int(secs), mode=mode, build=b, targets=rows), open(f"{b}-logs/summary.json", "w"), indent=1)
 EOF
 
 if [ "$rc_all" -ne 0 ]; then
   for t in "${failed[@]}"; do
-    echo "== FINDING in $t (build/fuzz-logs/$t.log):"
-    grep -E "FUZZ FINDING|ERROR|runtime error|SUMMARY|^    #[0-9] " "build/fuzz-logs/$t.log" | head -30
-    for a in build/fuzz-artifacts/$t-*; do
+    echo "== FINDING in $t ($B-logs/$t.log):"
+    grep -E "FUZZ FINDING|ERROR|runtime error|SUMMARY|^    #[0-9] " "$B-logs/$t.log" | head -30
+    for a in $B-artifacts/$t-*; do
       [ -e "$a" ] && echo "   reproduce: $B/tests/fuzz/$t $a"
     done
   done
   exit 1
 fi
 if [ "$RECORD" -eq 1 ]; then
-  python3 tests/fuzz/record.py
+  python3 tests/fuzz/record.py --summary "$B-logs/summary.json"
 fi
 log "no finding ($((SECONDS - t0)) s in all)"

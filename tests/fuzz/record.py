@@ -29,7 +29,11 @@ def main() -> None:
     p.add_argument("--summary", default=os.path.join(REPO, "build", "fuzz-logs", "summary.json"))
     a = p.parse_args()
     s = json.load(open(a.summary))
-    cmd = a.command or f"bash scripts/fuzz.sh --record {s['seconds_per_target']}"
+    build = os.path.basename(s.get("build", "build/fuzz"))
+    generic = build != "fuzz"
+    part = "fuzz" if not generic else "fuzz_" + build[len("fuzz-"):]
+    env = "" if not generic else ("FUZZ_CPU_ARCH= " if build == "fuzz-generic" else f"FUZZ_CPU_ARCH={build[5:]} ")
+    cmd = a.command or f"{env}bash scripts/fuzz.sh --record {s['seconds_per_target']}"
     run = results_io.Run("fuzz", "Coverage-guided fuzzing of the decoders (libFuzzer, ASan + UBSan)", command=cmd)
     rows = ["| target | what it feeds | executions | exec/s | CPU s | wall s | edges covered | of instrumented | "
             "features | corpus | peak RSS MB | result |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -37,10 +41,13 @@ def main() -> None:
         rows.append(f"| `{t['target']}` | {WHAT.get(t['target'], '')} | {t['execs']:,} | {t['exec_per_s']} | "
                     f"{t['cpu_s']} | {t['wall_s']} | {t['cov']} | {t['counters']} | {t['ft']} | {t['corpus']} | "
                     f"{t['peak_rss_mb']} | {t['result']} |")
-    md = (f"{s['seconds_per_target']} s of wall time per target, one target at a time at `nice -n 19`; "
+    kernels = ("the portable kernels (`-DDYNAMIQ_CPU_ARCH=`, no intrinsics)" if generic
+               else "the default `-march=x86-64-v3` build (AVX2 kernels)")
+    md = (f"Build: {kernels}, clang 19, `-O1 -g1`, ASan + UBSan. "
+          f"{s['seconds_per_target']} s of wall time per target, one target at a time at `nice -n 19`; "
           "`edges covered` is libFuzzer's `cov` (instrumented edges reached), `of instrumented` the edges of "
           "the whole binary (the library's other paths included), `features` its `ft`.\n\n" + "\n".join(rows))
-    print(run.write("fuzz", md, data=s))
+    print(run.write(part, md, data=s))
 
 
 if __name__ == "__main__":
