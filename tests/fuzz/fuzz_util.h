@@ -82,20 +82,21 @@ class ExactBuffer {
 // that sums overflow to inf inside the codecs; 3 only zeros. `finite` = false lets style 2
 // also place inf and NaN (exact modes carry them).
 inline void fill_values(void* out, DType t, int64_t numel, uint64_t seed, int style, bool finite = true) {
-  auto uniform = [&](uint64_t i, int k) {
-    const Philox4x32 w = philox4x32_10(uint32_t(i), uint32_t(i >> 32), 7, 0, uint32_t(seed), uint32_t(seed >> 32));
-    return (double(w.v[k]) + 0.5) / 4294967296.0;
+  // one Philox call per element (4 words) and one per 256-value run
+  auto words = [&](uint64_t i) {
+    return philox4x32_10(uint32_t(i), uint32_t(i >> 32), 7, 0, uint32_t(seed), uint32_t(seed >> 32));
   };
+  auto unit = [](uint32_t w) { return (double(w) + 0.5) / 4294967296.0; };
+  int e = 0;
   for (int64_t i = 0; i < numel; ++i) {
+    const Philox4x32 w = words(uint64_t(i));
     // sum of 3 uniforms, centred: a cheap bell shape
-    double v = (uniform(uint64_t(i), 0) + uniform(uint64_t(i), 1) + uniform(uint64_t(i), 2) - 1.5) * 2.0;
-    if (style >= 1) {
-      const double run = uniform(uint64_t(i / 256) + (uint64_t(1) << 40), 0);
-      const int e = int(run * 200.0) - 100;  // 1e-30 .. 1e30 in powers of 2
-      v = std::ldexp(v, e);
-    }
+    double v = (unit(w.v[0]) + unit(w.v[1]) + unit(w.v[2]) - 1.5) * 2.0;
+    if (i % 256 == 0)  // 1e-30 .. 1e30 in powers of 2, per run
+      e = int(unit(words(uint64_t(i / 256) + (uint64_t(1) << 40)).v[0]) * 200.0) - 100;
+    if (style >= 1) v = std::ldexp(v, e);
     if (style == 2) {
-      const double pick = uniform(uint64_t(i), 3);
+      const double pick = unit(w.v[3]);
       const double big = t == DType::kF16 ? 65504.0 : 3.0e38;
       if (pick < 0.03) v = 0.0;
       else if (pick < 0.06) v = (pick < 0.045 ? 1.0 : -1.0) * (t == DType::kF16 ? 3e-8 : 1e-40);
