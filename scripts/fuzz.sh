@@ -6,6 +6,8 @@
 #   bash scripts/fuzz.sh --record SECONDS   # a campaign, written to experiments/results/fuzz/
 #   FUZZ_TARGETS="fuzz_plan fuzz_collective" bash scripts/fuzz.sh 30   # some targets only
 #   FUZZ_JOBS=2 ...                          # targets run this many at a time (default 1)
+#   FUZZ_CPU_SECONDS=180 bash scripts/fuzz.sh 1800   # each target until it has used 180 s of CPU
+#                                            # (or 1800 s of wall time): fair figures on a shared machine
 #   FUZZ_CPU_ARCH= ...                       # the portable kernels (no intrinsics; build/fuzz-generic)
 #                                            # instead of the x86-64-v3 (AVX2) build
 # Fails (exit 1) on a finding: the input is kept as build/fuzz-artifacts/<target>-crash-*,
@@ -84,7 +86,30 @@ run_target() {
   # use is one too. -use_value_profile: comparisons guide the search (header fields, counts).
   /usr/bin/time -f "%U %S %e" -o $B-logs/$t.time nice -n 19 $B/tests/fuzz/$t "$work" $B-seeds/$t -max_total_time="$SECS" -timeout=10 \
     -rss_limit_mb=2560 -use_value_profile=1 -print_final_stats=1 -artifact_prefix="$B-artifacts/$t-" \
-    "${extra[@]}" >$B-logs/$t.log 2>&1
+    "${extra[@]}" >$B-logs/$t.log 2>&1 &
+  local tp=$! fp="" rc=0
+  if [ -n "${FUZZ_CPU_SECONDS:-}" ]; then
+    # libFuzzer stops at a wall-time limit only; with a CPU budget, SIGINT once the fuzzer's
+    # own CPU time (utime + stime in /proc/<pid>/stat) reaches it (libFuzzer then prints its
+    # final stats and exits 72)
+    local hz
+    hz=$(getconf CLK_TCK)
+    while kill -0 "$tp" 2>/dev/null; do
+      [ -z "$fp" ] && fp=$(pgrep -f "^$B/tests/fuzz/$t $work" | head -1 || true)
+      if [ -n "$fp" ] && [ -r /proc/$fp/stat ]; then
+        local ticks
+        ticks=$(awk '{print $14 + $15}' /proc/$fp/stat 2>/dev/null || echo 0)
+        if [ "$ticks" -ge $((FUZZ_CPU_SECONDS * hz)) ]; then
+          kill -INT "$fp" 2>/dev/null || true
+          break
+        fi
+      fi
+      sleep 2
+    done
+  fi
+  wait "$tp" || rc=$?
+  [ "$rc" -eq 72 ] && rc=0  # interrupted at the CPU budget
+  return "$rc"
 }
 
 rc_all=0
@@ -110,7 +135,7 @@ done
 
 # One line per target from libFuzzer's final stats (and $B-logs/summary.json).
 python3 - "$SECS" "$MODE" "$B" $TARGETS <<'EOF'
-import json, re, sys
+import json, os, re, sys
 secs, mode, b, targets = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
 rows = []
 print(f"{'target':22} {'execs':>10} {'exec/s':>7} {'cpu s':>6} {'cov':>6} {'of':>6} {'ft':>7} {'corpus':>7} {'rss MB':>7}  result")
@@ -124,7 +149,7 @@ for t in targets:
         user, sys_, wall = (float(x) for x in open(f"{b}-logs/{t}.time").read().split()[-3:])
     except (OSError, ValueError):
         user = sys_ = wall = float("nan")
-    ok = "Done " in text and "ERROR" not in text and "FUZZ FINDING" not in text
+    ok = ("Done " in text or "run interrupted" in text) and "ERROR" not in text and "FUZZ FINDING" not in text
     row = dict(target=t, execs=st.get("number_of_executed_units"), exec_per_s=st.get("average_exec_per_sec"),
                cpu_s=round(user + sys_, 1), wall_s=round(wall, 1), cov=int(m.group(1)) if m else None,
                counters=int(pcs.group(1)) if pcs else None, ft=int(m.group(2)) if m else None,
@@ -133,7 +158,8 @@ for t in targets:
     rows.append(row)
     print(f"{t:22} {row['execs'] or '?':>10} {row['exec_per_s'] or '?':>7} {row['cpu_s']:>6} {row['cov'] or '?':>6} "
           f"{row['counters'] or '?':>6} {row['ft'] or '?':>7} {row['corpus'] or '?':>7} {row['peak_rss_mb'] or '?':>7}  {row['result']}")
-json.dump(dict(seconds_per_target=int(secs), mode=mode, build=b, targets=rows), open(f"{b}-logs/summary.json", "w"), indent=1)
+json.dump(dict(seconds_per_target=int(secs), cpu_seconds_per_target=int(os.environ.get("FUZZ_CPU_SECONDS") or 0) or None,
+               mode=mode, build=b, targets=rows), open(f"{b}-logs/summary.json", "w"), indent=1)
 EOF
 
 if [ "$rc_all" -ne 0 ]; then

@@ -145,7 +145,7 @@ inline CollectiveConfig config_of(const CodecCase& c) {
 // Everything a receiving rank has for one block: scheme (its codec), plan, block, its own
 // values, the rounding context.
 struct CodecSetup {
-  const Scheme* scheme = nullptr;
+  std::shared_ptr<const Scheme> scheme;  // shared with the scheme cache, which may drop it
   Plan plan;
   Block block;
   std::vector<uint8_t> bucket;  // the rank's own values, numel elements
@@ -158,19 +158,19 @@ struct CodecSetup {
 // (config rejected by make_scheme, a bucket that takes an exact path, no non-empty block).
 // Schemes are immutable once made (make_plan is const) and making one builds the codec's
 // tables, so they are kept per config (by fingerprint; at most 256, then all dropped).
-inline const Scheme* cached_scheme(const CollectiveConfig& cfg) {
-  static std::map<uint64_t, std::unique_ptr<Scheme>> cache;
+inline std::shared_ptr<const Scheme> cached_scheme(const CollectiveConfig& cfg) {
+  static std::map<uint64_t, std::shared_ptr<const Scheme>> cache;
   const uint64_t key = cfg.fingerprint();
   auto it = cache.find(key);
-  if (it != cache.end()) return it->second.get();
+  if (it != cache.end()) return it->second;
   if (cache.size() >= 256) cache.clear();
-  std::unique_ptr<Scheme> sc;
+  std::shared_ptr<const Scheme> sc;
   try {
     sc = make_scheme(cfg);
   } catch (const Error&) {
     sc = nullptr;  // a config the Python API would reject up front (cached as such)
   }
-  return cache.emplace(key, std::move(sc)).first->second.get();
+  return cache.emplace(key, std::move(sc)).first->second;
 }
 
 inline bool make_setup(const CodecCase& c, CodecSetup& s) {

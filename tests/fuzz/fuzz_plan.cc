@@ -33,7 +33,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   c.mode = Mode::kDynamiq;
   std::memcpy(c.mode_params, in.p, 8);
   CollectiveConfig cfg = config_of(c);
-  const Scheme* scheme = cached_scheme(cfg);
+  const std::shared_ptr<const Scheme> scheme = cached_scheme(cfg);
   if (!scheme) return 0;
   const int64_t numel = 1 + in.u16(8) % 20000;
   if (!scheme->fits_budget(numel)) return 0;
