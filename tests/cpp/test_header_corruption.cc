@@ -77,6 +77,20 @@ TEST(HeaderCorruption, OverflowingSumsAreADisagreementOnEveryRank) {
   }
 }
 
+// The first entry counts the ranks that contributed (each adds 1). A count other than the
+// world size (a contribution lost or corrupted in the all-reduce) is named as such on every
+// rank, before any field is compared.
+TEST(HeaderCorruption, WrongRankCountIsReportedOnEveryRank) {
+  for (int64_t count : {int64_t(2), int64_t(4), int64_t(1) << 40}) {
+    const auto errors = run(0, count, 0);  // entries 0 (count) and 1 (non-finite count)
+    for (const std::string& e : errors) {
+      EXPECT_NE(e.find("header exchange counted " + std::to_string(count) + " ranks, expected 3"), std::string::npos)
+          << e;
+      EXPECT_EQ(e, errors[0]);
+    }
+  }
+}
+
 TEST(HeaderCorruption, HonestSumsStillAgree) {
   // mode none = 0 on 3 ranks: the honest pair is (0, 0); the collective runs.
   const auto errors = run(kModePiece0, 0, 0);
