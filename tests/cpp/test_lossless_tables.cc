@@ -1,14 +1,15 @@
-// Huffman tables the lossless parser must refuse even when a stream decodes under them
-// (issue 35 mutation campaign: #17, the over-subscription check removed, survived; the
-// existing corrupted-table test was still caught later, by the stream check). Three symbols of
-// length 1 are over-subscribed (Kraft sum 3/2): the canonical table then maps even peeks to the
-// third symbol and odd ones to the second, so a stream of zero bits decodes cleanly, a message
-// that no encoder writes. The parser must raise MalformedMessage before any stream is read.
-// The same message with lengths {1, 2, 2} (a complete code) decodes, which shows that the
-// hand-made message is otherwise well formed.
+// Tables and counts lossless_parse must refuse itself, before any decoder runs (mutations #16
+// and #17 of scripts/mutate/mutants.txt survived the suite: the decoders caught their
+// messages later, for other reasons).
+//
+// Huffman: three symbols of length 1 are over-subscribed (Kraft sum 3/2); the canonical table
+// then maps even peeks to the third symbol and odd ones to the second, so a stream of zero bits
+// decodes cleanly: a message no encoder writes, refused only by the Kraft check. The same
+// message with lengths {1, 2, 2} (a complete code) decodes, so it is otherwise well formed.
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "kernels/lossless/lossless_codec.h"
@@ -43,6 +44,42 @@ TEST(LosslessTables, OverSubscribedCodeIsMalformedEvenWhenItsStreamDecodes) {
   EXPECT_THROW(lossless_decode(msg.data(), msg.size(), DType::kBF16, 1024, out.data()), MalformedMessage);
   LosslessDecodePlan p;
   EXPECT_THROW(lossless_parse(msg.data(), msg.size(), DType::kBF16, 1024, p), MalformedMessage);
+}
+
+// A ZipCCL segment announcing more escapes than it has values is refused by lossless_parse,
+// which validates every count it can without decoding (the CUDA path runs the kernels only
+// after it). The escape list is lengthened to match, so the totals still agree. Mutation #16
+// (the bound loosened by one) survived because the CPU decoder then fails the segment anyway.
+TEST(LosslessTables, SegmentEscapeCountAboveItsSizeIsRefusedByTheParser) {
+  const DType t = DType::kBF16;
+  // three segments of 1024: one segment's 1025 escapes plus the others' still fit the plain
+  // bound (8G = 3072 bytes), so only the per-segment check can refuse the count
+  const int64_t n = 3072;
+  std::vector<uint16_t> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) v[size_t(i)] = uint16_t((uint32_t(120 + i % 9) << 7) | (i & 0x7f));
+  std::vector<uint8_t> msg(lossless_static_bytes(t, n) + lossless_max_dynamic_bytes(t, n));
+  LosslessOptions opt;
+  opt.formats = (1u << 0) | (1u << 2);  // plain or zip
+  LosslessBlockInfo info;
+  msg.resize(lossless_encode(v.data(), t, n, msg.data(), opt, &info));
+  ASSERT_EQ(info.format, lossless::ExpFormat::kZip);
+  const size_t sb = lossless_static_bytes(t, n);
+  uint16_t c0;
+  std::memcpy(&c0, msg.data() + sb + 8, 2);
+  const uint16_t c1 = uint16_t(lossless::kSegment + 1);  // one more than the segment's values
+  std::memcpy(msg.data() + sb + 8, &c1, 2);
+  msg.resize(msg.size() + (c1 - c0), 120);  // escape list as long as the counts say
+  lossless_write_header(msg.data(), t, n, lossless::ExpFormat::kZip, uint32_t(msg.size() - sb));
+  ASSERT_LE(msg.size() - sb, lossless_max_dynamic_bytes(t, n)) << "within the bound: not refused for its size";
+  LosslessDecodePlan p;
+  try {
+    lossless_parse(msg.data(), msg.size(), t, n, p);
+    ADD_FAILURE() << "accepted";
+  } catch (const MalformedMessage& e) {
+    EXPECT_NE(std::string(e.what()).find("escape count out of range"), std::string::npos) << e.what();
+  }
+  std::vector<uint16_t> out(v.size());
+  EXPECT_THROW(lossless_decode(msg.data(), msg.size(), t, n, out.data()), MalformedMessage);
 }
 
 }  // namespace
