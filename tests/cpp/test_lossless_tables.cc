@@ -1,6 +1,6 @@
-// Tables and counts lossless_parse must refuse itself, before any decoder runs (mutations #16
-// and #17 of scripts/mutate/mutants.txt survived the suite: the decoders caught their
-// messages later, for other reasons).
+// Tables, counts and streams the lossless decoder must refuse (mutations #16-#18 of
+// scripts/mutate/mutants.txt survived the suite: its messages were caught later, for other
+// reasons, or not at all).
 //
 // Huffman: three symbols of length 1 are over-subscribed (Kraft sum 3/2); the canonical table
 // then maps even peeks to the third symbol and odd ones to the second, so a stream of zero bits
@@ -19,12 +19,14 @@ namespace {
 
 // A bf16 block of 1024 values (one segment): header, 1024 SM bytes, then a Huffman section of 3
 // symbols with the given 4-bit lengths and one segment of 128 zero bytes (1024 one-bit codes).
-std::vector<uint8_t> huffman_message(uint8_t len0, uint8_t len1, uint8_t len2) {
+// `stream_bytes` > 128: the segment's stream carries that many bytes (zeros) after its codes.
+std::vector<uint8_t> huffman_message(uint8_t len0, uint8_t len1, uint8_t len2, uint16_t stream_bytes = 128) {
   const DType t = DType::kBF16;
   const int64_t n = 1024;
   const size_t sb = lossless_static_bytes(t, n);
-  std::vector<uint8_t> sec = {2 /* k - 1 */, 100, 101, 102, uint8_t(len0 | (len1 << 4)), uint8_t(len2), 128, 0};
-  sec.resize(sec.size() + 128, 0);
+  std::vector<uint8_t> sec = {2 /* k - 1 */, 100, 101, 102, uint8_t(len0 | (len1 << 4)), uint8_t(len2),
+                              uint8_t(stream_bytes), uint8_t(stream_bytes >> 8)};
+  sec.resize(sec.size() + stream_bytes, 0);
   std::vector<uint8_t> msg(sb, 0x25);  // any sign and mantissa bits
   lossless_write_header(msg.data(), t, n, lossless::ExpFormat::kHuffman, uint32_t(sec.size()));
   msg.insert(msg.end(), sec.begin(), sec.end());
@@ -44,6 +46,15 @@ TEST(LosslessTables, OverSubscribedCodeIsMalformedEvenWhenItsStreamDecodes) {
   EXPECT_THROW(lossless_decode(msg.data(), msg.size(), DType::kBF16, 1024, out.data()), MalformedMessage);
   LosslessDecodePlan p;
   EXPECT_THROW(lossless_parse(msg.data(), msg.size(), DType::kBF16, 1024, p), MalformedMessage);
+}
+
+// A segment's stream must end with its last code (lossless_format.h: valid iff the stream's
+// bytes are exactly consumed): one byte more is refused, though every code decodes. Mutation
+// #18 (trailing bytes accepted) survived without this.
+TEST(LosslessTables, SegmentStreamWithATrailingByteIsMalformed) {
+  const auto msg = huffman_message(1, 2, 2, 129);
+  std::vector<uint16_t> out(1024);
+  EXPECT_THROW(lossless_decode(msg.data(), msg.size(), DType::kBF16, 1024, out.data()), MalformedMessage);
 }
 
 // A ZipCCL segment announcing more escapes than it has values is refused by lossless_parse,
