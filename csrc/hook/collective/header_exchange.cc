@@ -78,8 +78,11 @@ std::string disagreements(const std::vector<int64_t>& h, const std::vector<Heade
     for (int p = 0; p < kPieces; ++p) {
       const int64_t s = h[kHeaderFixed + (f * kPieces + size_t(p)) * 2];
       const int64_t q = h[kHeaderFixed + (f * kPieces + size_t(p)) * 2 + 1];
-      // s <= n * 65535 < 2^31 for n < 2^15, so s*s fits; q*n fits likewise.
-      if (int64_t(n) * q != s * s) same = false;
+      // s <= n * 65535 < 2^31 for n < 2^15, so s*s fits; q*n fits likewise. Sums outside
+      // those ranges come from a corrupted contribution: a disagreement, tested before any
+      // product that could overflow.
+      const int64_t smax = int64_t(n) * 65535;
+      if (s < 0 || s > smax || q < 0 || q > smax * 65535 || int64_t(n) * q != s * s) same = false;
     }
     if (!same) bad << (bad.tellp() > 0 ? ", " : "") << fields[f].name;
   }
