@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # A scripted mutation campaign: each mutant of scripts/mutate/mutants.txt (one small semantic
 # change to the codecs, allocator, schedule or header) is applied alone to a copy of the tree
-# (build/mutate/src), the C++ suite is built and run, and the mutant counts as killed when a
+# (build/mutate/src, kept between campaigns: an incremental build), the C++ suite is built and run, and the mutant counts as killed when a
 # test fails, survived when the suite passes, stillborn when it does not compile (not counted).
 #   bash scripts/mutate.sh                 # every mutant; report in build/mutate/report.json
 #   bash scripts/mutate.sh --record        # and write experiments/results/mutation/
 #   MUTANTS=3,7 bash scripts/mutate.sh     # some mutants only (1-based, in file order)
 # The suite runs as in scripts/test.sh (all tests but the exhaustive float sweep and the GPU
-# ones), stopping at its first failure, at normal priority (some tests bound their own time);
-# builds at nice 19. A run longer than MUTATE_TIMEOUT s (default 900)
+# ones), stopping at its first failure; builds and suite at the campaign's own priority (run it
+# as `nice -n 10 bash scripts/mutate.sh`: a nicer build starves behind other jobs on a shared machine). A run longer than MUTATE_TIMEOUT s (default 900)
 # counts as killed (a hang).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,12 +19,38 @@ TIMEOUT=${MUTATE_TIMEOUT:-900}
 W=build/mutate
 log() { printf '[mutate] %s\n' "$*"; }
 
-# the working tree as it is (committed or not), without build outputs (a fresh copy: ninja then
-# rebuilds everything once, mostly from ccache)
-rm -rf $W/src
-mkdir -p $W/src
-tar -c --exclude=./build --exclude=./.venv --exclude=./.git --exclude=__pycache__ . | tar -x -C $W/src
-command -v ccache >/dev/null 2>&1 && export CMAKE_CXX_COMPILER_LAUNCHER=ccache CCACHE_BASEDIR=$PWD CCACHE_NOHASHDIR=true
+# The working tree as it is (committed or not), without build outputs, synced into $W/src: only
+# files whose bytes differ are copied (the others keep their time stamps), so that ninja rebuilds
+# only what changed since the last campaign, and each mutant costs the recompilation of its file
+# (and of the files that include it, for a header) and a link. ccache serves restored files.
+python3 - "$W/src" <<'PYEOF'
+import os, shutil, sys
+dst = sys.argv[1]
+skip = {"./build", "./.venv", "./.git"}
+seen = set()
+for root, dirs, files in os.walk("."):
+    dirs[:] = [d for d in dirs if os.path.join(root, d) not in skip and d != "__pycache__"]
+    for f in files:
+        s = os.path.join(root, f)
+        d = os.path.join(dst, s)
+        seen.add(os.path.normpath(d))
+        if os.path.islink(s) or not os.path.isfile(s):
+            continue
+        if os.path.isfile(d):
+            with open(s, "rb") as a, open(d, "rb") as b:
+                if a.read() == b.read():
+                    continue
+        os.makedirs(os.path.dirname(d), exist_ok=True)
+        shutil.copyfile(s, d)
+for root, dirs, files in os.walk(dst):
+    for f in files:
+        d = os.path.normpath(os.path.join(root, f))
+        if d not in seen:
+            os.remove(d)
+PYEOF
+if command -v ccache >/dev/null 2>&1; then
+  export CMAKE_CXX_COMPILER_LAUNCHER=ccache CCACHE_BASEDIR=$PWD CCACHE_NOHASHDIR=true
+fi
 cmake -S $W/src -B $W/build -G Ninja -DDYNAMIQ_BUILD_PYTHON=OFF -DDYNAMIQ_BUILD_TESTS=ON -DDYNAMIQ_CUDA=OFF \
   >$W/configure.log 2>&1 || { cat $W/configure.log; exit 1; }
 
@@ -35,7 +61,7 @@ run_suite() {  # $1: log file; returns the suite's exit status (124: timeout)
 
 log "baseline: build and run the unmutated suite"
 t0=$SECONDS
-nice -n 19 ninja -C $W/build -j "$JOBS" dynamiq_tests >$W/build.log 2>&1 || { tail -40 $W/build.log; exit 1; }
+ninja -C $W/build -j "$JOBS" dynamiq_tests >$W/build.log 2>&1 || { tail -40 $W/build.log; exit 1; }
 run_suite $W/baseline.log || { tail -30 $W/baseline.log; log "the unmutated suite fails: fix that first"; exit 1; }
 log "baseline passes ($((SECONDS - t0)) s)"
 
@@ -65,7 +91,7 @@ while IFS=$'\t' read -r id file expr what; do
     continue
   fi
   t0=$SECONDS
-  if ! nice -n 19 ninja -C $W/build -j "$JOBS" dynamiq_tests >$W/mutant-$id-build.log 2>&1; then
+  if ! ninja -C $W/build -j "$JOBS" dynamiq_tests >$W/mutant-$id-build.log 2>&1; then
     result=stillborn; killer="(does not compile)"
   elif run_suite $W/mutant-$id.log; then
     result=survived; killer=""
@@ -76,7 +102,7 @@ while IFS=$'\t' read -r id file expr what; do
     [ "$rc" -eq 124 ] && killer="(timeout: a hang)"
     [ -z "$killer" ] && killer="(exit $rc)"
   fi
-  cp "$file" "$W/src/$file"
+  cp "$file" "$W/src/$file"  # pristine again (a newer time stamp: the next build recompiles it, from ccache)
   log "#$id $result ${killer:+by $killer }($((SECONDS - t0)) s): $what"
   printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$id" "$result" "$killer" "$((SECONDS - t0))" "$file" "$what" >>$W/results.tsv
 done <$W/mutants.tsv
