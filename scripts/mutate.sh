@@ -6,17 +6,31 @@
 #   bash scripts/mutate.sh                 # every mutant; report in build/mutate/report.json
 #   bash scripts/mutate.sh --record        # and write experiments/results/mutation/
 #   MUTANTS=3,7 bash scripts/mutate.sh     # some mutants only (1-based, in file order)
+#   bash scripts/mutate.sh --report [--record]   # the report of the last (or running) campaign so far
+# The report (and the record, with each mutant's verdict) is written by scripts/mutate/report.py.
 # The suite runs as in scripts/test.sh (all tests but the exhaustive float sweep and the GPU
 # ones), stopping at its first failure; builds and suite at the campaign's own priority (run it
-# as `nice -n 10 bash scripts/mutate.sh`: a nicer build starves behind other jobs on a shared machine). A run longer than MUTATE_TIMEOUT s (default 900)
-# counts as killed (a hang).
+# as `nice -n 10 bash scripts/mutate.sh`: a nicer build starves behind other jobs on a shared
+# machine). A run longer than MUTATE_TIMEOUT s (default 900) counts as killed (a hang).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RECORD=0
-[ "${1:-}" = "--record" ] && RECORD=1
+REPORT_ONLY=0
+for arg in "$@"; do
+  case "$arg" in
+    --record) RECORD=1 ;;
+    --report) REPORT_ONLY=1 ;;
+    *) echo "mutate.sh: unknown argument $arg" >&2; exit 2 ;;
+  esac
+done
+W=build/mutate
+if [ "$REPORT_ONLY" -eq 1 ]; then  # the report of the last campaign (so far, if it is still running)
+  REPORT_ARGS=()
+  [ "$RECORD" -eq 1 ] && REPORT_ARGS=(--record)
+  exec python3 scripts/mutate/report.py "$W" "${REPORT_ARGS[@]}"
+fi
 JOBS=${JOBS:-2}
 TIMEOUT=${MUTATE_TIMEOUT:-900}
-W=build/mutate
 log() { printf '[mutate] %s\n' "$*"; }
 
 # The working tree as it is (committed or not), without build outputs, synced into $W/src: only
@@ -108,31 +122,6 @@ while IFS=$'\t' read -r id file expr what; do
 done <$W/mutants.tsv
 ninja -C $W/build -j "$JOBS" dynamiq_tests >/dev/null 2>&1 || true  # back to the pristine build
 
-python3 - "$W" "$RECORD" <<'EOF'
-import json, os, sys
-w, record = sys.argv[1], sys.argv[2] == "1"
-rows = []
-for line in open(os.path.join(w, "results.tsv")):
-    i, result, killer, secs, f, what = line.rstrip("\n").split("\t")
-    rows.append(dict(id=int(i), result=result, killed_by=killer, seconds=int(secs), file=f, mutant=what))
-counted = [r for r in rows if r["result"] in ("killed", "survived")]
-killed = sum(r["result"] == "killed" for r in counted)
-score = 100.0 * killed / len(counted) if counted else 0.0
-report = dict(mutants=len(rows), counted=len(counted), killed=killed, score_percent=round(score, 1), rows=rows)
-json.dump(report, open(os.path.join(w, "report.json"), "w"), indent=1)
-print(f"score: {killed}/{len(counted)} killed = {score:.1f} % "
-      f"({sum(r['result'] == 'stillborn' for r in rows)} stillborn, {sum(r['result'] == 'not-applied' for r in rows)} not applied)")
-for r in rows:
-    if r["result"] != "killed":
-        print(f"  #{r['id']} {r['result']}: {r['mutant']} ({r['file']})")
-if record:
-    sys.path.insert(0, os.getcwd())
-    from experiments import results_io
-    run = results_io.Run("mutation", "Mutation testing of the C++ suite", command="bash scripts/mutate.sh --record")
-    md = [f"**Score: {killed} of {len(counted)} mutants killed ({score:.1f} %).** Each mutant (scripts/mutate/mutants.txt) "
-          "alone on a copy of the tree, the C++ suite as in scripts/test.sh (gcc, no sanitizers), stopping at the first "
-          "failing test.", "", "| # | mutant | file | result | first failing test | s |", "|---|---|---|---|---|---|"]
-    for r in rows:
-        md.append(f"| {r['id']} | {r['mutant']} | `{r['file']}` | {r['result']} | {r['killed_by']} | {r['seconds']} |")
-    print(run.write("mutation", "\n".join(md), data=report))
-EOF
+REPORT_ARGS=()
+[ "$RECORD" -eq 1 ] && REPORT_ARGS=(--record)
+python3 scripts/mutate/report.py "$W" "${REPORT_ARGS[@]}"
