@@ -777,6 +777,41 @@ TEST(BitsplitMalformed, WrongSizeAndBadSpikeIndexRaise) {
                MalformedMessage);
 }
 
+// Every role checks the message's size against the plan before it reads: a message one byte
+// shorter or longer, or empty, is MalformedMessage, never decoded. The bytes are in a buffer
+// that holds the whole message and one more, so a role that skipped the check would read only
+// valid bytes and decode them (a shorter message read past its end, a longer one's extra byte
+// ignored), and the test would see no exception.
+TEST(BitsplitMalformed, EveryRoleRefusesAMessageOfAnotherSize) {
+  const int64_t numel = 1000;
+  for (bool spikes : {true, false}) {
+    BitsplitCodec c = codec_of(4, 32, spikes, false);
+    Bucket b = make_bucket(DType::kF32, gaussian(numel, 7));
+    auto msg = compress_all(c, b, rng_ctx(1, 1, 0, true));
+    Plan plan = c.make_plan(DType::kF32, numel, 1);
+    Block blk{0, plan.num_units};
+    std::vector<uint8_t> buf = msg;
+    buf.push_back(0);
+    std::vector<float> y(static_cast<size_t>(numel));
+    Output o;
+    o.bucket = y.data();
+    std::vector<float> acc(static_cast<size_t>(plan.num_units * plan.unit));
+    Local x;
+    x.bucket = b.data();
+    std::vector<uint8_t> out(buf.size());
+    ASSERT_NO_THROW(c.decompress(buf.data(), msg.size(), plan, blk, o));
+    for (size_t bad : {msg.size() - 1, msg.size() + 1, size_t(0)}) {
+      SCOPED_TRACE("spikes=" + std::to_string(spikes) + " size " + std::to_string(bad) + " of " +
+                   std::to_string(msg.size()));
+      EXPECT_THROW(c.decompress(buf.data(), bad, plan, blk, o), MalformedMessage);
+      EXPECT_THROW(c.decompress_accumulate(buf.data(), bad, x, plan, blk, acc.data()), MalformedMessage);
+      EXPECT_THROW(c.decompress_accumulate_recompress(buf.data(), bad, x, plan, blk, rng_ctx(1, 1, 0, true),
+                                                      out.data()),
+                   MalformedMessage);
+    }
+  }
+}
+
 // Random bytes of the right size: every role either raises MalformedMessage
 // (a spike index outside its group) or decodes something; none reads or
 // writes outside its buffers (run under -DDYNAMIQ_ASAN=ON to check that).

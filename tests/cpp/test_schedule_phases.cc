@@ -199,4 +199,40 @@ TEST(SchedulePhases, EveryMessageHasAMatchingReceive) {
 }
 
 }  // namespace
+// make_blocks cuts each chunk at unit boundaries into blocks_per_chunk blocks of about equal wire
+// bytes: in order, every unit in exactly one block, and never more blocks than the largest chunk
+// has units (a smaller block_bytes would only add empty blocks: table entries, tags and, for a
+// tiny block_bytes on a large bucket, the "too many blocks" error), so the largest chunk has no
+// empty block.
+TEST(SchedulePhases, BlocksCoverEachChunkInOrderAndAreNoMoreThanItsUnits) {
+  for (int n : {1, 2, 3, 5})
+    for (int64_t numel : {int64_t(1000), int64_t(5000), int64_t(70001)})
+      for (int64_t block_bytes : {int64_t(1), int64_t(64), int64_t(1000), int64_t(4096), int64_t(1) << 20}) {
+        SCOPED_TRACE("n=" + std::to_string(n) + " numel=" + std::to_string(numel) + " block_bytes=" +
+                     std::to_string(block_bytes));
+        const Plan plan = make_identity_plan(DType::kF32, numel, n);
+        const BlockTable bt = make_blocks(plan, block_bytes);
+        const int B = bt.blocks_per_chunk;
+        ASSERT_GE(B, 1);
+        ASSERT_EQ(bt.blocks.size(), size_t(plan.num_chunks()) * size_t(B));
+        int64_t max_units = 0;
+        int largest = 0;
+        for (int c = 0; c < plan.num_chunks(); ++c) {
+          const int64_t cb = plan.chunk_begin[size_t(c)], ce = plan.chunk_begin[size_t(c) + 1];
+          if (ce - cb > max_units) max_units = ce - cb, largest = c;
+          int64_t prev = cb;
+          for (int j = 0; j < B; ++j) {
+            const Block& b = bt.blocks[size_t(c) * size_t(B) + size_t(j)];
+            ASSERT_EQ(b.w0, prev) << "chunk " << c << " block " << j;
+            ASSERT_GE(b.w1, b.w0) << "chunk " << c << " block " << j;
+            prev = b.w1;
+          }
+          ASSERT_EQ(prev, ce) << "chunk " << c;
+        }
+        EXPECT_LE(B, max_units);
+        for (int j = 0; j < B; ++j)
+          EXPECT_FALSE(bt.blocks[size_t(largest) * size_t(B) + size_t(j)].empty()) << "block " << j;
+      }
+}
+
 }  // namespace dynamiq
