@@ -10,6 +10,7 @@
 
 #include "hook/collective/executor.h"
 #include "hook/collective/header_exchange.h"
+#include "hook/collective/hierarchical.h"
 #include "kernels/identity/identity_codec.h"
 
 namespace dynamiq {
@@ -35,7 +36,7 @@ void* output_base(Collective kind, void* data, void* output, int64_t numel, DTyp
 // number of blocks.
 int64_t run_exact(Transport& tr, Topology topo, void* data, DType dtype, int64_t numel, ReduceOp op,
                   int64_t block_bytes, int64_t window_bytes, ExecStats& st, const Device* device = nullptr,
-                  Collective kind = Collective::kAllReduce, void* output = nullptr) {
+                  Collective kind = Collective::kAllReduce, void* output = nullptr, int mean_world = 0) {
   const int n = tr.size();
   IdentityCodec host_codec;
   const std::unique_ptr<Codec> device_codec = device ? make_device_codec(kModeNone, host_codec, *device) : nullptr;
@@ -52,7 +53,7 @@ int64_t run_exact(Transport& tr, Topology topo, void* data, DType dtype, int64_t
   ExecArgs ea;
   ea.bucket = data;
   ea.out.bucket = output_base(kind, data, output, numel, dtype, tr.rank(), n);
-  ea.out.divisor = op == ReduceOp::kMean ? float(n) : 1.0f;
+  ea.out.divisor = op == ReduceOp::kMean ? float(mean_world > 0 ? mean_world : n) : 1.0f;
   ea.window_bytes = window_bytes;
   ea.memory = device ? &device->memory() : nullptr;
   execute(tr, codec, plan, bt, prog, ea, st);
@@ -116,6 +117,9 @@ struct Setup {
 Setup set_up(const CollectiveConfig& cfg, const CallArgs& a, int world, bool ok_input) {
   Setup s;
   try {
+    if (cfg.topology == Topology::kHierarchical)
+      throw Error(std::string("dynamiq ") + collective_name(a.kind) +
+                  ": topology 'hierarchical' runs all-reduces only; use ring, butterfly or twostep");
     s.scheme = make_scheme(cfg);
     if (a.kind == Collective::kAllGather && !s.scheme->exact())
       throw Error(std::string("dynamiq all-gather: mode '") + mode_name(cfg.mode) +
@@ -230,7 +234,7 @@ ExecArgs compressed_exec_args(Transport& tr, const CollectiveConfig& cfg, const 
   ea.bucket = a.data;
   ea.out.bucket = output_base(a.kind, a.data, a.output, a.numel, a.dtype, tr.rank(), n);
   ea.out.bias_scale = float(n);
-  ea.out.divisor = a.op == ReduceOp::kMean ? float(n) : 1.0f;
+  ea.out.divisor = a.op == ReduceOp::kMean ? float(a.mean_world > 0 ? a.mean_world : n) : 1.0f;
   ea.window_bytes = cfg.window_bytes;
   ea.rng.key = make_rng_key(cfg.seed, a.seq, slice);
   ea.rng.rank = tr.rank();
@@ -292,7 +296,7 @@ CallStats all_reduce_one(Transport& tr, const CollectiveConfig& cfg, const CallA
   if (cs.path != Path::kCompressed) {
     cs.bits_per_coord = 8.0 * dtype_size(a.dtype);
     cs.blocks = run_exact(tr, cfg.topology, a.data, a.dtype, a.numel, a.op, cfg.exact_block_bytes(),
-                          cfg.window_bytes, cs, a.device, a.kind, a.output);
+                          cfg.window_bytes, cs, a.device, a.kind, a.output, a.mean_world);
     finish(cs, t_start, a);
     return cs;
   }
@@ -359,6 +363,7 @@ int64_t padded_shard(const CollectiveConfig& cfg, Collective kind, int world, in
 
 CallStats all_reduce(Transport& tr, const CollectiveConfig& cfg, const CallArgs& a) {
   if (a.kind != Collective::kAllReduce) return collective(tr, cfg, a);
+  if (cfg.topology == Topology::kHierarchical) return hierarchical_all_reduce(tr, cfg, a);
   const int64_t es = dtype_size(a.dtype);
   const int64_t max_numel =
       cfg.max_collective_bytes > 0 ? std::max<int64_t>(cfg.max_collective_bytes / es, 4096) : INT64_MAX;

@@ -74,6 +74,9 @@ struct CallArgs {
   // in the header fingerprint instead of numel, so that ranks whose tensors
   // differ in size are told so even when their padded sizes agree. <0: numel.
   int64_t caller_numel = -1;
+  // kMean divides by this many ranks (0: the transport's size). The
+  // hierarchical topology's inter-node all-reduce divides by the whole world.
+  int32_t mean_world = 0;
 };
 
 // The main all-reduce's executor counts and times, this rank (ExecStats:
@@ -101,6 +104,11 @@ struct CallStats : ExecStats {
   int64_t alloc_passes = 0;
   int64_t alloc_exact = 0;
   int64_t alloc_fallbacks = 0;
+  // Topology hierarchical (hierarchical.h): bytes this rank sent in the
+  // inter-node all-reduce, and the phases' times (reduce-scatter and
+  // all-gather inside the node, all-reduce between nodes).
+  int64_t inter_bytes_sent = 0;
+  double t_intra = 0.0, t_inter = 0.0;
 };
 
 // Runs the collective in place on args.data. Throws Error (same message on

@@ -96,9 +96,13 @@ std::string disagreements(const std::vector<int64_t>& h, const std::vector<Heade
 }  // namespace
 
 std::vector<HeaderField> collective_header_fields(const CollectiveConfig& cfg, const CallArgs& a, uint32_t slice) {
+  // hierarchical: the ranks per node ride in the topology's field (the other
+  // topologies send the topology alone, as before)
+  const bool hier = cfg.topology == Topology::kHierarchical;
   return {
       {"mode", uint64_t(cfg.mode)},
-      {"topology", uint64_t(cfg.topology)},
+      {hier ? "topology or ranks per node (local_size; torchrun's LOCAL_WORLD_SIZE)" : "topology",
+       uint64_t(cfg.topology) | (hier ? uint64_t(uint32_t(cfg.local_size)) << 8 : 0)},
       {"reduce op", uint64_t(a.op)},
       {"dtype", uint64_t(a.dtype)},
       {"numel", uint64_t(a.caller_numel >= 0 ? a.caller_numel : a.numel)},

@@ -92,6 +92,9 @@ py::dict stats_dict(const CallStats& s) {
   d["alloc_passes"] = s.alloc_passes;
   d["alloc_exact"] = s.alloc_exact;
   d["alloc_fallbacks"] = s.alloc_fallbacks;
+  d["inter_bytes_sent"] = s.inter_bytes_sent;  // topology hierarchical: sent between nodes
+  d["t_intra"] = s.t_intra;
+  d["t_inter"] = s.t_inter;
   if (s.has_u) {
     d["u"] = py::make_tuple(s.u, s.u_step);
   } else {
@@ -327,7 +330,10 @@ PYBIND11_MODULE(_C, m) {
           })
       .def_property(
           "topology", [](const CollectiveConfig& c) { return int(c.topology); },
-          [](CollectiveConfig& c, int v) { c.topology = Topology(v); })
+          [](CollectiveConfig& c, int v) {
+            DQ_CHECK(v >= 0 && v <= 3, "dynamiq: topology id must be in [0, 3]");
+            c.topology = Topology(v);
+          })
       .def_readwrite("seed", &CollectiveConfig::seed)
       .def_readwrite("bits", &CollectiveConfig::bits)
       .def_readwrite("widths_mask", &CollectiveConfig::widths_mask)
@@ -345,10 +351,36 @@ PYBIND11_MODULE(_C, m) {
       .def_readwrite("min_compress_numel", &CollectiveConfig::min_compress_numel)
       .def_readwrite("window_bytes", &CollectiveConfig::window_bytes)
       .def_readwrite("max_collective_bytes", &CollectiveConfig::max_collective_bytes)
+      .def_readwrite("local_size", &CollectiveConfig::local_size)
+      .def_property(
+          "intra_mode", [](const CollectiveConfig& c) { return int(c.intra_mode); },
+          [](CollectiveConfig& c, int v) {
+            DQ_CHECK(v >= 0 && v <= 255, "dynamiq: mode id must be in [0, 255]");
+            c.intra_mode = Mode(v);
+          })
+      .def_property(
+          "auto_lossy", [](const CollectiveConfig& c) { return int(c.auto_lossy); },
+          [](CollectiveConfig& c, int v) {
+            DQ_CHECK(v >= 0 && v <= 255, "dynamiq: mode id must be in [0, 255]");
+            c.auto_lossy = Mode(v);
+          })
+      .def_readwrite("auto_bandwidth", &CollectiveConfig::auto_bandwidth)
+      .def_readwrite("auto_latency", &CollectiveConfig::auto_latency)
       .def("fingerprint", &CollectiveConfig::fingerprint);
 
+  m.attr("MODE_AUTO") = int(kModeAuto);
   m.def(
-      "validate_config", [](const CollectiveConfig& c) { make_scheme(c); }, py::arg("config"),
+      "validate_config",
+      [](const CollectiveConfig& c) {
+        CollectiveConfig v = c;
+        if (v.mode == kModeAuto) v.mode = v.auto_lossy;
+        make_scheme(v);
+        if (c.topology == Topology::kHierarchical) {
+          v.mode = c.intra_mode;
+          DQ_CHECK(make_scheme(v)->exact(), "intra_mode must be an exact mode (none or lossless)");
+        }
+      },
+      py::arg("config"),
       "Builds the mode's scheme from the config once and discards it: raises DynamiqError for a "
       "config the C++ codecs or allocator reject (group sizes, eps, widths, bits), so that a config "
       "that passes never fails inside a collective.");
