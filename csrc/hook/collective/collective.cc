@@ -10,6 +10,7 @@
 
 #include "hook/collective/executor.h"
 #include "hook/collective/header_exchange.h"
+#include "hook/collective/auto_mode.h"
 #include "hook/collective/hierarchical.h"
 #include "kernels/identity/identity_codec.h"
 
@@ -117,6 +118,9 @@ struct Setup {
 Setup set_up(const CollectiveConfig& cfg, const CallArgs& a, int world, bool ok_input) {
   Setup s;
   try {
+    if (cfg.mode == kModeAuto)
+      throw Error(std::string("dynamiq ") + collective_name(a.kind) +
+                  ": mode 'auto' runs all-reduces only; name the mode (none, lossless, ...)");
     if (cfg.topology == Topology::kHierarchical)
       throw Error(std::string("dynamiq ") + collective_name(a.kind) +
                   ": topology 'hierarchical' runs all-reduces only; use ring, butterfly or twostep");
@@ -273,10 +277,15 @@ CallStats all_reduce_one(Transport& tr, const CollectiveConfig& cfg, const CallA
   cs.t_local = secs(t0, Clock::now());
 
   t0 = Clock::now();
-  const HeaderVerdict hdr = exchange_header(
-      tr, collective_header_fields(cfg, a, slice),
-      {pass.nonfinite, local_error, !ok_config, pass.error != nullptr, a.kind});
+  std::vector<HeaderField> fields = collective_header_fields(cfg, a, slice);
+  if (a.auto_exchange)
+    fields.push_back({"mode auto's config (auto_lossy, auto_bandwidth, auto_latency)", a.auto_exchange->fingerprint});
+  const HeaderVerdict hdr =
+      exchange_header(tr, fields,
+                      {pass.nonfinite, local_error, !ok_config, pass.error != nullptr, a.kind,
+                       a.auto_exchange ? &a.auto_exchange->local : nullptr});
   cs.t_header = secs(t0, Clock::now());
+  if (a.auto_exchange && hdr.error.empty()) a.auto_exchange->sums = hdr.sums;
   if (!ok_config) throw Error(setup.config_error);  // the detailed error; peers raise hdr.error
   if (pass.error) std::rethrow_exception(pass.error);
   if (null_data)
@@ -364,6 +373,7 @@ int64_t padded_shard(const CollectiveConfig& cfg, Collective kind, int world, in
 CallStats all_reduce(Transport& tr, const CollectiveConfig& cfg, const CallArgs& a) {
   if (a.kind != Collective::kAllReduce) return collective(tr, cfg, a);
   if (cfg.topology == Topology::kHierarchical) return hierarchical_all_reduce(tr, cfg, a);
+  if (cfg.mode == kModeAuto) return auto_all_reduce(tr, cfg, a);
   const int64_t es = dtype_size(a.dtype);
   const int64_t max_numel =
       cfg.max_collective_bytes > 0 ? std::max<int64_t>(cfg.max_collective_bytes / es, 4096) : INT64_MAX;

@@ -12,6 +12,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "hook/collective/config.h"
 #include "hook/collective/exec_stats.h"
@@ -19,6 +20,17 @@
 #include "hook/transport/transport.h"
 
 namespace dynamiq {
+
+struct AutoState;  // auto_mode.h
+
+// Mode auto's part of one header exchange (auto_mode.h): this rank's numbers
+// in, their sums over the ranks out; the fingerprint of the auto config is
+// compared like the other fields.
+struct AutoExchange {
+  std::vector<int64_t> local;
+  std::vector<int64_t> sums;
+  uint64_t fingerprint = 0;
+};
 
 // Which path a bucket took. Values are reported to Python: never renumber.
 enum class Path : int32_t {
@@ -77,6 +89,10 @@ struct CallArgs {
   // kMean divides by this many ranks (0: the transport's size). The
   // hierarchical topology's inter-node all-reduce divides by the whole world.
   int32_t mean_world = 0;
+  // Mode auto: the group's state (measured link, codec costs; null: a fresh
+  // one, so the bucket runs mode none), and the driver's header extension.
+  AutoState* auto_state = nullptr;
+  AutoExchange* auto_exchange = nullptr;
 };
 
 // The main all-reduce's executor counts and times, this rank (ExecStats:
@@ -109,6 +125,10 @@ struct CallStats : ExecStats {
   // all-gather inside the node, all-reduce between nodes).
   int64_t inter_bytes_sent = 0;
   double t_intra = 0.0, t_inter = 0.0;
+  // Mode auto: the mode this bucket ran in (-1: not auto) and the cost
+  // model's predicted seconds for none, lossless and the lossy mode.
+  int32_t auto_choice = -1;
+  double auto_predicted[3] = {0.0, 0.0, 0.0};
 };
 
 // Runs the collective in place on args.data. Throws Error (same message on

@@ -40,7 +40,9 @@ uint64_t plan_state_fingerprint(const PlanState* ps) {
 }
 
 std::vector<int64_t> encode(const std::vector<HeaderField>& fields, const HeaderReport& report) {
-  std::vector<int64_t> h(kHeaderFixed + fields.size() * kPieces * 2, 0);
+  const size_t nsums = report.sums ? report.sums->size() : 0;
+  std::vector<int64_t> h(kHeaderFixed + fields.size() * kPieces * 2 + nsums, 0);
+  for (size_t i = 0; i < nsums; ++i) h[h.size() - nsums + i] = (*report.sums)[i];
   h[0] = 1;
   h[1] = report.nonfinite ? 1 : 0;
   if (report.input_error != InputError::kNone) {
@@ -128,6 +130,7 @@ HeaderVerdict exchange_header(Transport& tr, const std::vector<HeaderField>& fie
   }
   out.error = reported_errors(h, report.kind);
   if (out.error.empty()) out.error = disagreements(h, fields, n);
+  if (report.sums) out.sums.assign(h.end() - std::ptrdiff_t(report.sums->size()), h.end());
   return out;
 }
 

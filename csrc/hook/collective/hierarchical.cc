@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "hook/collective/auto_mode.h"
 #include "hook/collective/buffer_pool.h"
 #include "hook/collective/header_exchange.h"
 #include "hook/transport/sub_transport.h"
@@ -186,6 +187,7 @@ CallStats hierarchical_all_reduce(Transport& tr, const CollectiveConfig& cfg, co
     c.op = a.op;
     c.mean_world = n;
     c.plan_state = a.plan_state;
+    c.auto_state = a.auto_state ? &inter_auto_state(*a.auto_state) : nullptr;
     ar = all_reduce(inter, ce, c);  // (one rank per node: also the sum of a node of one)
     cs.t_inter = secs(t0, Clock::now());
     t0 = Clock::now();
@@ -220,6 +222,8 @@ CallStats hierarchical_all_reduce(Transport& tr, const CollectiveConfig& cfg, co
     cs.u = ar.u;
     cs.u_step = ar.u_step;
     cs.pool_bytes = ar.pool_bytes;
+    cs.auto_choice = ar.auto_choice;
+    for (int i = 0; i < 3; ++i) cs.auto_predicted[i] = ar.auto_predicted[i];
   } catch (...) {
     shard.leak = true;
     if (staged) staged->leak = true;

@@ -3,6 +3,8 @@
 #include <torch/extension.h>
 
 #include <cstdlib>
+#include <map>
+#include <mutex>
 #include <optional>
 
 #include "kernels/dynamiq/dynamiq_codec.h"
@@ -10,6 +12,7 @@
 #include "kernels/lossless/lossless_codec.h"
 #include "kernels/base/parallel.h"
 #include "kernels/base/cpu_isa.h"
+#include "hook/collective/auto_mode.h"
 #include "hook/collective/collective.h"
 #include "hook/transport/inproc_transport.h"
 #include "hook/torch/torch_c10d_transport.h"
@@ -95,12 +98,34 @@ py::dict stats_dict(const CallStats& s) {
   d["inter_bytes_sent"] = s.inter_bytes_sent;  // topology hierarchical: sent between nodes
   d["t_intra"] = s.t_intra;
   d["t_inter"] = s.t_inter;
+  if (s.auto_choice >= 0) {  // mode auto: the mode this bucket ran in, the model's predicted seconds
+    d["auto_choice"] = mode_name(Mode(s.auto_choice));
+    py::dict pr;
+    pr["none"] = s.auto_predicted[0];
+    pr["lossless"] = s.auto_predicted[1];
+    pr["lossy"] = s.auto_predicted[2];
+    d["auto_predicted"] = pr;
+  } else {
+    d["auto_choice"] = py::none();
+  }
   if (s.has_u) {
     d["u"] = py::make_tuple(s.u, s.u_step);
   } else {
     d["u"] = py::none();
   }
   return d;
+}
+
+// Mode auto's state per (process group, config), for the life of the process
+// (auto_mode.h): every rank's copy sees the same collectives, so they agree.
+AutoState* auto_state_for(const std::string& group_name, const CollectiveConfig& cfg) {
+  if (cfg.mode != kModeAuto) return nullptr;
+  static std::mutex mu;
+  static std::map<std::pair<std::string, uint64_t>, std::unique_ptr<AutoState>> states;
+  std::lock_guard<std::mutex> lock(mu);
+  auto& p = states[{group_name, cfg.fingerprint()}];
+  if (!p) p = std::make_unique<AutoState>();
+  return p.get();
 }
 
 // The posting for NCCL (each step's send and receive in one group) also on
@@ -131,6 +156,7 @@ py::dict run_on_group(Collective kind, std::optional<at::Tensor> tensor, std::op
     ps.step = u->second;
   }
   a.plan_state = &ps;
+  a.auto_state = auto_state_for(group_name, cfg);
   // where the buffers live: the tensor's device (also passed for a rank with
   // bad input, whose header exchange must run on the group's device)
   const c10::Device dev(device);
@@ -242,6 +268,8 @@ py::list run_simulate(std::vector<at::Tensor> tensors, const CollectiveConfig& c
       a.seq = seq;
       PlanState ps;  // as a real call: one allocator state for all slices of the bucket
       a.plan_state = &ps;
+      AutoState as;  // mode auto: a fresh group (its first bucket)
+      a.auto_state = &as;
       stats[size_t(r)] = all_reduce(tr, cfg, a);
     });
   }
