@@ -148,6 +148,14 @@ TEST(AutoMode, PredictionFollowsTheModel) {
   s.correction[1] = 0.1;
   p = auto_predict(s, c, 4, 16 << 20, DType::kF32);
   EXPECT_EQ(p.modes[p.choice], mode_id("lossless"));
+  // hysteresis: after none, lossless must be predicted > 10 % faster to take over
+  s.last_choice = 0;
+  s.correction[1] = 0.1;
+  EXPECT_EQ(auto_predict(s, c, 4, 16 << 20, DType::kF32).choice, 1);
+  s.correction[1] = p.seconds[0] / (p.seconds[1] / 0.1) * 0.95;  // lossless 5 % faster than none
+  EXPECT_EQ(auto_predict(s, c, 4, 16 << 20, DType::kF32).choice, 0);
+  s.last_choice = -1;
+  EXPECT_EQ(auto_predict(s, c, 4, 16 << 20, DType::kF32).choice, 1);
 }
 
 TEST(AutoMode, HierarchicalDecidesPerInterNodeRing) {

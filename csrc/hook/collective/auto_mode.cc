@@ -154,6 +154,9 @@ AutoPrediction auto_predict(const AutoState& s, const CollectiveConfig& cfg, int
   p.predicted = true;
   for (int i = 1; i < 3; ++i)
     if (p.seconds[i] < p.seconds[p.choice]) p.choice = i;
+  const int last = s.last_choice;
+  if (last >= 0 && last != p.choice && p.seconds[p.choice] > (1.0 - kAutoHysteresis) * p.seconds[last])
+    p.choice = last;
   return p;
 }
 
@@ -190,6 +193,7 @@ CallStats auto_all_reduce(Transport& tr, const CollectiveConfig& cfg, const Call
   const double corr_used = st.correction[p.choice];
   CallStats cs = all_reduce(tr, c, b);
   st.calls += 1;
+  if (p.predicted) st.last_choice = p.choice;
   st.absorb(ex.sums);
   // this rank's samples, shared with the next bucket's header
   if (cs.slices == 1 && cs.t_header > 0)

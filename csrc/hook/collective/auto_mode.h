@@ -22,7 +22,10 @@
 //   lossless: R L + f N bits_ll/8 / B + f N k_ll
 //   lossy:    (R + R_meta) L + f N bits/8 / B + N local + f N k
 // (kernels and wire added, not overlapped: a conservative model), each times
-// its correction. The group's first bucket runs none (no link measured yet,
+// its correction. Hysteresis: the previous choice stays unless another mode is
+// predicted more than kAutoHysteresis (10 %) faster (measurements under load
+// are noisy; near-equal modes would otherwise alternate). The group's first
+// bucket runs none (no link measured yet,
 // unless auto_bandwidth is given), and so does a bucket below
 // min_compress_numel. Ties go to none, then lossless.
 #pragma once
@@ -34,6 +37,8 @@
 #include "hook/collective/collective.h"
 
 namespace dynamiq {
+
+constexpr double kAutoHysteresis = 0.10;
 
 // Seconds per element, bits per coordinate (float32 calibration, see above).
 struct CodecCost {
@@ -62,6 +67,7 @@ struct AutoState {
   double my_latency = 0.0;    // fastest header exchange seen (0: none yet)
   double my_correction[3] = {0.0, 0.0, 0.0};  // 0: no sample
   int64_t calls = 0;
+  int last_choice = -1;  // index (none, lossless, lossy) of the last predicted choice (shared: same on every rank)
   std::unique_ptr<AutoState> inter;  // topology hierarchical: the inter-node ring's state
 
   std::vector<int64_t> report() const;       // this rank's numbers, as header sums

@@ -121,9 +121,15 @@ CallStats hierarchical_all_reduce(Transport& tr, const CollectiveConfig& cfg, co
   CallArgs h = a;
   h.plan_state = nullptr;
   auto t0 = Clock::now();
+  // A bad local_size is not reported as a config error: ranks that differ in
+  // it are told so by the header (its field), ranks that agree on a bad one
+  // all raise the same detailed message below.
+  const bool size_problem = cfg.local_size <= 0 || n % cfg.local_size != 0;
   const HeaderVerdict hdr = exchange_header(tr, collective_header_fields(cfg, h, 0),
-                                            {false, local_error, !problem.empty(), false, a.kind});
+                                            {false, local_error, !problem.empty() && !size_problem, false, a.kind});
   cs.t_header = secs(t0, Clock::now());
+  if (size_problem && !hdr.error.empty() && hdr.error.find("local_size") != std::string::npos)
+    throw Error(hdr.error);
   if (!problem.empty()) throw Error(problem);
   if (null_data)
     throw Error("dynamiq all-reduce: null data pointer for a bucket of " + std::to_string(a.numel) + " elements");
