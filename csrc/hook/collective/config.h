@@ -16,9 +16,9 @@ enum class Mode : uint8_t {};
 // Mode "none" (the identity codec, which is also the exact path of every
 // other mode): the default.
 inline constexpr Mode kModeNone = Mode(0);
-// Mode "auto" (collective.h all_reduce): per bucket one of auto_lossy,
+// Mode "auto" (auto_mode.h): per bucket one of auto_lossy,
 // lossless and none, from a cost model. Not a codec: never in the registry.
-inline constexpr Mode kModeAuto = Mode(200);
+inline constexpr Mode kModeAuto = Mode(255);
 
 // Numeric values are part of the wire fingerprint: never renumber.
 // kHierarchical: ranks grouped by node (local_size per node): an intra-node
