@@ -162,8 +162,8 @@ void group_scales_up(const Ctx& cx, const float* __restrict gmax, float Msg, int
 // to out (hierarchical: the bf16 SG scale and G uint8 group scales; flat: G
 // bf16 scales), each group's 1/normaliser into ws.ginv. Returns where the
 // codes go.
-uint8_t* encode_scales(const Ctx& cx, const DqRounding& rd, int64_t src, uint32_t mbits, Work& ws,
-                       uint8_t* out) {
+inline uint8_t* encode_scales(const Ctx& cx, const DqRounding& rd, int64_t src, uint32_t mbits,
+                              Work& ws, uint8_t* out) {
   const int G = cx.f.S / cx.f.s;
   const bool bad = mbits >= 0x7f800000u;  // inf or nan: sent as nan
   const float* __restrict gmax = ws.gmax.data();
@@ -257,7 +257,7 @@ void encode_sg(const Ctx& cx, const DqRounding& rd, int64_t src, Work& ws, uint8
 
 // The decoded group scales of an SG (G of them, into gsc); returns where its
 // codes start.
-const uint8_t* decode_scales(const Ctx& cx, const uint8_t* in, float* __restrict gsc) {
+inline const uint8_t* decode_scales(const Ctx& cx, const uint8_t* in, float* __restrict gsc) {
   const int G = cx.f.S / cx.f.s;
   if (cx.f.hierarchical) {
     const float Msg = bf16_to_f32(get_bf16(in));
