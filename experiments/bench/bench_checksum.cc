@@ -29,10 +29,10 @@
 #define HAVE_CRC32_INSN 1
 #endif
 
-#include "kernels/registry.h"
 #include "hook/collective/config.h"
 #include "hook/collective/schedule.h"
 #include "kernels/scheme.h"
+#include "kernels/registry.h"
 
 using namespace dynamiq;
 
