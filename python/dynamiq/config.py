@@ -124,6 +124,12 @@ class Config:
         other, each with its own statistics, plan and randomness: bounds
         dynamiq's working memory, which grows with the bucket (DDP's first
         step all-reduces the whole model as one bucket). 0: never split.
+      host_staging: CUDA tensors go device -> page-locked host -> the
+        group's CPU backend (Gloo) -> host -> device instead of through NCCL
+        (rank-local, not part of the wire format; every rank of a group must
+        choose alike). Automatic when the group has no CUDA backend. Lets
+        several processes share one GPU (NCCL refuses two ranks on one
+        device), and serves machines without NCCL between them.
     """
 
     VERSION = 1
@@ -146,6 +152,7 @@ class Config:
     min_compress_numel: int = 4096
     window_bytes: int = 16 * 1024 * 1024
     max_collective_bytes: int = 256 * 1024 * 1024
+    host_staging: bool = False
     local_size: Optional[int] = None
     intra_mode: str = "none"
     auto_lossy: str = "dynamiq"
@@ -171,7 +178,7 @@ class Config:
             if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0
                                   or math.isnan(float(v))):
                 raise _err(name, v, "None (measured) or a number >= 0 (inf allowed)")
-        for name in ("log_scales", "uniform_levels", "hierarchical_scales"):
+        for name in ("log_scales", "uniform_levels", "hierarchical_scales", "host_staging"):
             if not isinstance(getattr(self, name), bool):
                 raise _err(name, getattr(self, name), "True, False")
         if not isinstance(self.seed, int) or isinstance(self.seed, bool) or not 0 <= self.seed < 2**64:
