@@ -61,6 +61,10 @@ uint64_t CollectiveConfig::fingerprint() const {
   f.add(block_bytes);
   f.add(min_compress_numel);
   if (max_collective_bytes != (int64_t(256) << 20)) f.add(max_collective_bytes);  // default: fingerprint as before
+  if (error_bound != 0.0 || error_bound_rel != 0.0) {  // mode bounded; other configs fingerprint as before
+    f.add(error_bound);
+    f.add(error_bound_rel);
+  }
   // window_bytes is rank-local (receive buffering) and does not change the wire.
   return f.h;
 }

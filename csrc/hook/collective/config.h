@@ -47,6 +47,10 @@ struct CollectiveConfig {
   std::array<float, 4> eps{{-1.f, -1.f, -1.f, -1.f}};
   bool uniform_levels = false;       // ablation: uniform levels
   bool hierarchical_scales = true;   // ablation: off = group scales as bf16
+  // Mode bounded: exactly one is nonzero. error_bound: the absolute bound e of
+  // one compression; error_bound_rel: r, e = r x the ranks' mean value range.
+  double error_bound = 0.0;
+  double error_bound_rel = 0.0;
 
   // Driver.
   // Target wire bytes per pipelined block; 0 = per path: kCompressedBlockBytes

@@ -341,6 +341,8 @@ PYBIND11_MODULE(_C, m) {
       .def_readwrite("eps", &CollectiveConfig::eps)
       .def_readwrite("uniform_levels", &CollectiveConfig::uniform_levels)
       .def_readwrite("hierarchical_scales", &CollectiveConfig::hierarchical_scales)
+      .def_readwrite("error_bound", &CollectiveConfig::error_bound)
+      .def_readwrite("error_bound_rel", &CollectiveConfig::error_bound_rel)
       .def_readwrite("block_bytes", &CollectiveConfig::block_bytes)
       .def_readwrite("min_compress_numel", &CollectiveConfig::min_compress_numel)
       .def_readwrite("window_bytes", &CollectiveConfig::window_bytes)
