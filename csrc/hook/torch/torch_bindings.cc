@@ -471,7 +471,13 @@ PYBIND11_MODULE(_C, m) {
   m.def("mode_is_exact", [](const std::string& name) {
     CollectiveConfig c;
     c.mode = mode_id(name);
-    return make_scheme(c)->exact();
+    // A mode whose scheme refuses the default config needs parameters of its
+    // own (bounded: an error bound), which only a lossy mode has.
+    try {
+      return make_scheme(c)->exact();
+    } catch (const Error&) {
+      return false;
+    }
   }, py::arg("name"), "True for a registered mode whose result is exact (Scheme::exact: none, lossless).");
   m.def(
       "dynamiq_sg_bytes",
