@@ -207,6 +207,40 @@ INSTANTIATE_TEST_SUITE_P(All, BoundedTopo,
                                                               Topology::kTwoStep),
                                             ::testing::Values(2, 3, 4, 5, 8)));
 
+// A bf16 bucket: values are read as float, partial sums stay float32 on the
+// wire, and only the result is rounded to bf16 (at most 2^-8 of its size).
+TEST(BoundedCollective, Bf16BucketWithinBoundPlusFinalRounding) {
+  for (Topology t : {Topology::kRing, Topology::kButterfly, Topology::kTwoStep})
+    for (int n : {2, 3, 4}) {
+      const int64_t numel = 12000;
+      const auto xf = grid_data(n, numel, uint32_t(40 + n));
+      std::vector<std::vector<uint16_t>> x(size_t(n), std::vector<uint16_t>(static_cast<size_t>(numel)));
+      std::vector<double> ref(static_cast<size_t>(numel), 0.0);
+      for (int r = 0; r < n; ++r)
+        for (int64_t i = 0; i < numel; ++i) {
+          x[size_t(r)][size_t(i)] = f32_to_bf16(xf[size_t(r)][size_t(i)]);
+          ref[size_t(i)] += double(bf16_to_f32(x[size_t(r)][size_t(i)]));
+        }
+      const float e = 0x1p-6f;
+      const CollectiveConfig cfg = bounded_cfg(t, e);
+      InprocWorld world(n, std::chrono::seconds(120));
+      world.run([&](int r, Transport& tr) {
+        CallArgs a;
+        a.data = x[size_t(r)].data();
+        a.dtype = DType::kBF16;
+        a.numel = numel;
+        a.seq = 9;
+        EXPECT_EQ(all_reduce(tr, cfg, a).path, Path::kCompressed);
+      });
+      for (int r = 1; r < n; ++r) ASSERT_EQ(x[size_t(r)], x[0]) << "rank " << r;
+      for (int64_t i = 0; i < numel; ++i) {
+        const double y = double(bf16_to_f32(x[0][size_t(i)]));
+        ASSERT_LE(std::fabs(y - ref[size_t(i)]), n * double(e) + 0x1p-8 * (std::fabs(ref[size_t(i)]) + n * double(e)))
+            << topology_name(t) << " n=" << n << " i=" << i;
+      }
+    }
+}
+
 TEST(BoundedCollective, NonFiniteInputTakesTheExactPath) {
   const int n = 3;
   auto x = grid_data(n, 10000, 99);
