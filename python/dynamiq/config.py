@@ -113,6 +113,12 @@ class Config:
         other, each with its own statistics, plan and randomness: bounds
         dynamiq's working memory, which grows with the bucket (DDP's first
         step all-reduces the whole model as one bucket). 0: never split.
+      host_staging: CUDA tensors go device -> page-locked host -> the
+        group's CPU backend (Gloo) -> host -> device instead of through NCCL
+        (rank-local, not part of the wire format; every rank of a group must
+        choose alike). Automatic when the group has no CUDA backend. Lets
+        several processes share one GPU (NCCL refuses two ranks on one
+        device), and serves machines without NCCL between them.
     """
 
     VERSION = 1
@@ -137,6 +143,7 @@ class Config:
     min_compress_numel: int = 4096
     window_bytes: int = 16 * 1024 * 1024
     max_collective_bytes: int = 256 * 1024 * 1024
+    host_staging: bool = False
 
     def __post_init__(self) -> None:
         modes = _modes()
@@ -144,7 +151,7 @@ class Config:
             raise _err("mode", self.mode, ", ".join(modes))
         if self.topology not in TOPOLOGIES:
             raise _err("topology", self.topology, ", ".join(TOPOLOGIES))
-        for name in ("log_scales", "uniform_levels", "hierarchical_scales"):
+        for name in ("log_scales", "uniform_levels", "hierarchical_scales", "host_staging"):
             if not isinstance(getattr(self, name), bool):
                 raise _err(name, getattr(self, name), "True, False")
         if not isinstance(self.seed, int) or isinstance(self.seed, bool) or not 0 <= self.seed < 2**64:

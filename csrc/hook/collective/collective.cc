@@ -3,7 +3,11 @@
 #include <algorithm>
 #include <chrono>
 #include <exception>
+#include <functional>
+#include <map>
 #include <memory>
+#include <mutex>
+#include <tuple>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -18,6 +22,46 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double secs(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
+}
+
+// Device codecs, made once per (config, mode, device, stream) and kept: their
+// tables (dynamiq's levels and permutation columns, its plan buffers, the
+// lossless scratch, bitsplit's flag) are allocated and uploaded once, not at
+// every collective. A codec made for a stream runs only there (CudaCodec), so
+// the stream is part of the key. At most kMaxDeviceCodecs are kept (the
+// least recently used one is dropped). The cache is never destroyed: at exit
+// the device may be gone before static destructors run.
+using CodecKey = std::tuple<uint64_t, int, std::string, int, void*>;
+struct CodecCache {
+  std::mutex mu;
+  std::map<CodecKey, std::pair<std::shared_ptr<Codec>, uint64_t>> codecs;  // -> (codec, last use)
+  uint64_t clock = 0;
+};
+constexpr size_t kMaxDeviceCodecs = 16;
+CodecCache& codec_cache() {
+  static auto* c = new CodecCache();
+  return *c;
+}
+
+std::shared_ptr<Codec> device_codec_for(uint64_t config_fp, Mode mode, const Device& d,
+                                        const std::function<std::unique_ptr<Codec>()>& make) {
+  const CodecKey key(config_fp, int(mode), d.name(), d.memory().domain(), d.stream());
+  CodecCache& c = codec_cache();
+  std::lock_guard<std::mutex> lk(c.mu);
+  auto it = c.codecs.find(key);
+  if (it != c.codecs.end()) {
+    it->second.second = ++c.clock;
+    return it->second.first;
+  }
+  std::shared_ptr<Codec> codec = make();
+  if (c.codecs.size() >= kMaxDeviceCodecs) {
+    auto oldest = c.codecs.begin();
+    for (auto j = c.codecs.begin(); j != c.codecs.end(); ++j)
+      if (j->second.second < oldest->second.second) oldest = j;
+    c.codecs.erase(oldest);  // (a collective still using it holds its own reference)
+  }
+  c.codecs.emplace(key, std::make_pair(codec, ++c.clock));
+  return codec;
 }
 
 // Where a collective's decompressed results go (Output::bucket: element e of
@@ -38,7 +82,9 @@ int64_t run_exact(Transport& tr, Topology topo, void* data, DType dtype, int64_t
                   Collective kind = Collective::kAllReduce, void* output = nullptr) {
   const int n = tr.size();
   IdentityCodec host_codec;
-  const std::unique_ptr<Codec> device_codec = device ? make_device_codec(kModeNone, host_codec, *device) : nullptr;
+  const std::shared_ptr<Codec> device_codec =
+      device ? device_codec_for(0, kModeNone, *device, [&] { return make_device_codec(kModeNone, host_codec, *device); })
+             : nullptr;
   const Codec& codec = device ? *device_codec : host_codec;
   int64_t unit = 256;
   if (kind != Collective::kAllReduce) {
@@ -60,6 +106,37 @@ int64_t run_exact(Transport& tr, Topology topo, void* data, DType dtype, int64_t
 }
 
 }  // namespace
+
+size_t device_codecs_cached() {
+  CodecCache& c = codec_cache();
+  std::lock_guard<std::mutex> lk(c.mu);
+  return c.codecs.size();
+}
+
+void release_device_codecs(const void* stream) {
+  std::vector<std::shared_ptr<Codec>> drop;  // destroyed outside the lock
+  {
+    CodecCache& c = codec_cache();
+    std::lock_guard<std::mutex> lk(c.mu);
+    for (auto it = c.codecs.begin(); it != c.codecs.end();) {
+      if (std::get<4>(it->first) == stream) {
+        drop.push_back(std::move(it->second.first));
+        it = c.codecs.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+}
+
+void clear_device_codecs() {
+  std::map<CodecKey, std::pair<std::shared_ptr<Codec>, uint64_t>> drop;  // destroyed outside the lock
+  CodecCache& c = codec_cache();
+  {
+    std::lock_guard<std::mutex> lk(c.mu);
+    drop.swap(c.codecs);
+  }
+}
 
 void all_reduce_exact_f32(Transport& tr, Topology topo, float* data, int64_t count,
                           int64_t block_bytes, int64_t window_bytes, int64_t* bytes_sent,
@@ -108,10 +185,15 @@ Path path_before_header(const CollectiveConfig& cfg, const Scheme& scheme, int w
 // wait in the exchange for the process group's timeout.
 struct Setup {
   std::unique_ptr<Scheme> scheme;
-  std::unique_ptr<Codec> device_codec;
+  std::shared_ptr<Codec> device_codec;
   std::string config_error;  // non-empty: this rank cannot run the config
   Path path = Path::kCompressed;
 };
+
+// The scheme's device codec for cfg on d (cached: device_codec_for).
+std::shared_ptr<Codec> device_codec(const CollectiveConfig& cfg, const Scheme& scheme, const Device& d) {
+  return device_codec_for(cfg.fingerprint(), scheme.mode(), d, [&] { return scheme.device_codec(d); });
+}
 
 Setup set_up(const CollectiveConfig& cfg, const CallArgs& a, int world, bool ok_input) {
   Setup s;
@@ -124,7 +206,7 @@ Setup set_up(const CollectiveConfig& cfg, const CallArgs& a, int world, bool ok_
     // A device's codec is made now when the bucket may take the compressed
     // path, so that a config its kernels cannot run (on a GPU: super-groups
     // over the shared memory of a block) is reported here too.
-    if (a.device && ok_input && s.path == Path::kCompressed) s.device_codec = s.scheme->device_codec(*a.device);
+    if (a.device && ok_input && s.path == Path::kCompressed) s.device_codec = device_codec(cfg, *s.scheme, *a.device);
   } catch (const Error& e) {
     s.config_error = e.what();
     if (s.config_error.empty()) s.config_error = "dynamiq: invalid config";
@@ -297,7 +379,7 @@ CallStats all_reduce_one(Transport& tr, const CollectiveConfig& cfg, const CallA
     return cs;
   }
   const Layout l = plan_compressed(tr, cfg, a, *setup.scheme, pass.stats, cs);
-  if (a.device && !setup.device_codec) setup.device_codec = setup.scheme->device_codec(*a.device);
+  if (a.device && !setup.device_codec) setup.device_codec = device_codec(cfg, *setup.scheme, *a.device);
   const Codec& codec = a.device ? *setup.device_codec : setup.scheme->codec();
   execute(tr, codec, l.plan, l.bt, l.prog, compressed_exec_args(tr, cfg, a, slice), cs);
   finish(cs, t_start, a);

@@ -149,4 +149,13 @@ void all_reduce_exact_f32(Transport& tr, Topology topo, float* data, int64_t cou
 // ring: experiments/results/nccl_order/), else the data topology.
 Topology metadata_topology(Topology data_topology, int world);
 
+// How many device codecs the driver keeps made (one per config, mode, device
+// and stream, at most 16: their tables are uploaded once, not per collective).
+size_t device_codecs_cached();
+// Drops the cached device codecs made for `stream` (their device memory is
+// freed on it): before the stream is destroyed.
+void release_device_codecs(const void* stream);
+// Drops every cached device codec (tests: a clean count of device calls).
+void clear_device_codecs();
+
 }  // namespace dynamiq

@@ -474,7 +474,16 @@ void execute(Transport& tr, const Codec& codec, const Plan& plan, const BlockTab
   const PoolCall call(memory);  // declared first: ends after every buffer below is back
   ExecEnv env(tr, codec, plan, bt, prog, args, memory, call.pool(), st);
   Executor executor(env);
-  executor.run();
+  try {
+    executor.run();
+  } catch (...) {
+    try {
+      codec.finish();  // clears what the failed run left deferred
+    } catch (...) {
+    }
+    throw;
+  }
+  codec.finish();  // a device codec's deferred checks: one host wait, not one per decode
 }
 
 }  // namespace dynamiq

@@ -3,6 +3,8 @@
 #include <torch/extension.h>
 
 #include <cstdlib>
+#include <map>
+#include <memory>
 #include <optional>
 
 #include "kernels/dynamiq/dynamiq_codec.h"
@@ -12,6 +14,7 @@
 #include "kernels/base/cpu_isa.h"
 #include "hook/collective/collective.h"
 #include "hook/transport/inproc_transport.h"
+#include "hook/transport/staging_transport.h"
 #include "hook/torch/torch_c10d_transport.h"
 #ifdef DYNAMIQ_WITH_CUDA
 #include <c10/cuda/CUDAGuard.h>
@@ -108,13 +111,24 @@ bool ordered_posting_env() {
   return v != nullptr && std::string(v) == "1";
 }
 
+#ifdef DYNAMIQ_WITH_CUDA
+// The calling thread's (a group worker's) page-locked staging buffers for
+// CUDA device `index`: kept between collectives, freed when the thread ends.
+StagingPool& staging_pool(int index) {
+  thread_local std::map<int, std::unique_ptr<StagingPool>> pools;
+  auto& p = pools[index];
+  if (!p) p = std::make_unique<StagingPool>(*cuda::device().staging());
+  return *p;
+}
+#endif
+
 // One collective over a process group: `tensor` is the all-reduce's bucket
 // (in place) or the reduce-scatter's or all-gather's input, `output` the
 // reduce-scatter's output (null otherwise).
 py::dict run_on_group(Collective kind, std::optional<at::Tensor> tensor, std::optional<at::Tensor> output,
                       const std::string& group_name, const CollectiveConfig& cfg, const std::string& op,
                       uint64_t seq, std::optional<std::pair<double, double>> u, int local_error,
-                      const std::string& device, int64_t caller_numel) {
+                      const std::string& device, int64_t caller_numel, bool staging) {
   CallArgs a;
   a.kind = kind;
   a.caller_numel = caller_numel;
@@ -173,8 +187,18 @@ py::dict run_on_group(Collective kind, std::optional<at::Tensor> tensor, std::op
       stream_scope.emplace(c10::cuda::getCurrentCUDAStream().stream());
     }
 #endif
-    C10dTransport tr = C10dTransport::from_group_name(
-        group_name, tensor && dev.is_cuda() ? tensor->device() : dev, ordered_posting_env());
+    // CUDA buffers staged through page-locked host memory over the group's
+    // CPU backend (Gloo): the group has no CUDA backend, or the config asks
+    // for it (several processes on one GPU). See staging_transport.h.
+    const bool staged = staging && dev.is_cuda();
+    C10dTransport inner = C10dTransport::from_group_name(
+        group_name, staged ? c10::Device(c10::kCPU) : tensor && dev.is_cuda() ? tensor->device() : dev,
+        ordered_posting_env());
+    std::optional<StagingTransport> staged_tr;
+#ifdef DYNAMIQ_WITH_CUDA
+    if (staged) staged_tr.emplace(inner, staging_pool(guard ? int(guard->current_device().index()) : 0));
+#endif
+    Transport& tr = staged_tr ? static_cast<Transport&>(*staged_tr) : static_cast<Transport&>(inner);
     ordered = tr.posts_in_order();
     one_part = tr.sends_whole_messages();
     // an output that is not one shard of the input: reported, so that every rank raises
@@ -185,15 +209,16 @@ py::dict run_on_group(Collective kind, std::optional<at::Tensor> tensor, std::op
   py::dict d = stats_dict(s);
   d["ordered_posting"] = ordered;  // posted as for NCCL (see C10dTransport)
   d["one_part_messages"] = one_part;  // two-part (lossless) messages sent as one (Gloo)
+  d["host_staging"] = staging && dev.is_cuda();  // CUDA buffers staged through host memory
   return d;
 }
 
 py::dict run_all_reduce(std::optional<at::Tensor> tensor, const std::string& group_name,
                         const CollectiveConfig& cfg, const std::string& op, uint64_t seq,
                         std::optional<std::pair<double, double>> u, int local_error,
-                        const std::string& device) {
+                        const std::string& device, bool staging) {
   return run_on_group(Collective::kAllReduce, std::move(tensor), std::nullopt, group_name, cfg, op, seq, u,
-                      local_error, device, -1);
+                      local_error, device, -1, staging);
 }
 
 Collective to_kind(int kind) {
@@ -206,7 +231,7 @@ Collective to_kind(int kind) {
 py::dict run_sharded(int kind, std::optional<std::pair<at::Tensor, at::Tensor>> tensors,
                      const std::string& group_name, const CollectiveConfig& cfg, const std::string& op,
                      uint64_t seq, std::optional<std::pair<double, double>> u, int local_error,
-                     const std::string& device, int64_t caller_numel) {
+                     const std::string& device, int64_t caller_numel, bool staging) {
   const Collective k = to_kind(kind);
   DQ_CHECK(k != Collective::kAllReduce, "dynamiq: use all_reduce for an all-reduce");
   std::optional<at::Tensor> input, output;
@@ -214,7 +239,7 @@ py::dict run_sharded(int kind, std::optional<std::pair<at::Tensor, at::Tensor>> 
     input = tensors->first;
     if (k == Collective::kReduceScatter) output = tensors->second;
   }
-  return run_on_group(k, input, output, group_name, cfg, op, seq, u, local_error, device, caller_numel);
+  return run_on_group(k, input, output, group_name, cfg, op, seq, u, local_error, device, caller_numel, staging);
 }
 
 py::list run_simulate(std::vector<at::Tensor> tensors, const CollectiveConfig& cfg,
@@ -357,12 +382,13 @@ PYBIND11_MODULE(_C, m) {
 
   m.def("all_reduce", &run_all_reduce, py::arg("tensor"), py::arg("group_name"), py::arg("config"),
         py::arg("op"), py::arg("seq"), py::arg("u") = py::none(), py::arg("local_error") = 0,
-        py::arg("device") = "cpu",
+        py::arg("device") = "cpu", py::arg("staging") = false,
         "In-place all-reduce of a contiguous tensor (CPU with Gloo; CUDA with NCCL in a CUDA "
-        "build) over the named process group. Releases the GIL. Returns the per-call statistics.");
+        "build, or with staging=True over the group's CPU backend through page-locked host memory) "
+        "over the named process group. Releases the GIL. Returns the per-call statistics.");
   m.def("sharded", &run_sharded, py::arg("kind"), py::arg("tensors"), py::arg("group_name"), py::arg("config"),
         py::arg("op"), py::arg("seq"), py::arg("u") = py::none(), py::arg("local_error") = 0,
-        py::arg("device") = "cpu", py::arg("caller_numel") = -1,
+        py::arg("device") = "cpu", py::arg("caller_numel") = -1, py::arg("staging") = false,
         "A reduce-scatter (kind 1; tensors = (input, output)) or all-gather (kind 2; tensors = "
         "(buffer, buffer), this rank's shard filled in) over the named process group; shards "
         "already padded to padded_shard. Releases the GIL. Returns the per-call statistics.");
@@ -443,6 +469,7 @@ PYBIND11_MODULE(_C, m) {
       [](uintptr_t stream, int device) {
 #ifdef DYNAMIQ_WITH_CUDA
         c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
+        release_device_codecs(reinterpret_cast<void*>(stream));  // the codecs made for it free on it first
         cudaStreamDestroy(reinterpret_cast<cudaStream_t>(stream));  // (its pending work still completes)
 #else
         (void)stream;
