@@ -399,6 +399,8 @@ PYBIND11_MODULE(_C, m) {
       .def_readwrite("eps", &CollectiveConfig::eps)
       .def_readwrite("uniform_levels", &CollectiveConfig::uniform_levels)
       .def_readwrite("hierarchical_scales", &CollectiveConfig::hierarchical_scales)
+      .def_readwrite("error_bound", &CollectiveConfig::error_bound)
+      .def_readwrite("error_bound_rel", &CollectiveConfig::error_bound_rel)
       .def_readwrite("block_bytes", &CollectiveConfig::block_bytes)
       .def_readwrite("min_compress_numel", &CollectiveConfig::min_compress_numel)
       .def_readwrite("window_bytes", &CollectiveConfig::window_bytes)
@@ -555,7 +557,13 @@ PYBIND11_MODULE(_C, m) {
   m.def("mode_is_exact", [](const std::string& name) {
     CollectiveConfig c;
     c.mode = mode_id(name);
-    return make_scheme(c)->exact();
+    // A mode whose scheme refuses the default config needs parameters of its
+    // own (bounded: an error bound), which only a lossy mode has.
+    try {
+      return make_scheme(c)->exact();
+    } catch (const Error&) {
+      return false;
+    }
   }, py::arg("name"), "True for a registered mode whose result is exact (Scheme::exact: none, lossless).");
   m.def(
       "dynamiq_sg_bytes",
