@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <vector>
 
 #include "hook/collective/exec_env.h"
@@ -214,8 +215,8 @@ BufferPool::Ptr Executor::message_to_send(const Op& op) {
   const Block& b = env_.block(op);
   if (op.role == Role::kSendLeaf) {
     BufferPool::Ptr buf = env_.pool.get(env_.max_message_bytes(b));
-    env_.timer.kernel(
-        [&] { buf->size = codec_.compress(acc_.local_of(op.block), plan_, b, env_.args.rng, buf->data()); });
+    env_.timer.kernel("compress", env_.index_of(op), op.block,
+                      [&] { buf->size = codec_.compress(acc_.local_of(op.block), plan_, b, env_.args.rng, buf->data()); });
     return buf;
   }
   if (op.role == Role::kSendPending) {
@@ -381,7 +382,7 @@ void Executor::wait_whole_message(size_t i, PostedRecv& pr) {
     env_.tr.group_end();
     deferred_.erase(deferred);
   }
-  if (pr.dreq) env_.timer.wait(*pr.dreq);
+  recvs_.wait_second_part(pr);
   pr.buf->size = pr.static_bytes + pr.dyn;
   env_.st.bytes_received += int64_t(pr.buf->size);
 }
@@ -391,7 +392,7 @@ void Executor::consume(const Op& op, const BufferPool::Ptr& msg) {
   const Block& b = env_.block(op);
   switch (op.role) {
     case Role::kRecvDA:  // acc <- local + decompress(msg)
-      env_.timer.kernel([&] {
+      env_.timer.kernel("decompress-accumulate", env_.index_of(op), op.block, [&] {
         codec_.decompress_accumulate(msg->data(), msg->size, acc_.local_of(op.block), plan_, b, acc_.slot(b));
       });
       acc_.mark_held(op.block);
@@ -412,7 +413,7 @@ void Executor::reduce_and_recompress(const Op& op, const BufferPool::Ptr& msg) {
   uint8_t* view = sink ? codec_.output_view(env_.args.out, plan_, b) : nullptr;
   if (view) sends_.wait_zero_copy(op.block);
   BufferPool::Ptr out = view ? BufferPool::view(view, 0) : env_.pool.get(env_.max_message_bytes(b));
-  env_.timer.kernel([&] {
+  env_.timer.kernel(sink ? "sink-reduce" : "reduce-recompress", env_.index_of(op), op.block, [&] {
     out->size = codec_.decompress_accumulate_recompress(msg->data(), msg->size, acc_.local_of(op.block), plan_, b,
                                                         env_.args.rng, out->data());
   });
@@ -421,7 +422,8 @@ void Executor::reduce_and_recompress(const Op& op, const BufferPool::Ptr& msg) {
     return;
   }
   if (!view) sends_.wait_zero_copy(op.block);
-  env_.timer.kernel([&] { codec_.decompress(out->data(), out->size, plan_, b, env_.args.out); });
+  env_.timer.kernel("decompress", env_.index_of(op), op.block,
+                    [&] { codec_.decompress(out->data(), out->size, plan_, b, env_.args.out); });
   finals_[size_t(op.block)] = std::move(out);
 }
 
@@ -430,7 +432,8 @@ void Executor::reduce_and_recompress(const Op& op, const BufferPool::Ptr& msg) {
 void Executor::take_final(const Op& op, const BufferPool::Ptr& msg) {
   sends_.wait_zero_copy(op.block);
   if (!msg->ext)
-    env_.timer.kernel([&] { codec_.decompress(msg->data(), msg->size, plan_, env_.block(op), env_.args.out); });
+    env_.timer.kernel("decompress", env_.index_of(op), op.block,
+                      [&] { codec_.decompress(msg->data(), msg->size, plan_, env_.block(op), env_.args.out); });
   finals_[size_t(op.block)] = msg;
 }
 
@@ -439,7 +442,7 @@ void Executor::local_sink(const Op& op) {
   const Block& b = env_.block(op);
   BufferPool::Ptr out = env_.pool.get(env_.max_message_bytes(b));
   sends_.wait_zero_copy(op.block);
-  env_.timer.kernel([&] {
+  env_.timer.kernel("local-sink", env_.index_of(op), op.block, [&] {
     out->size = codec_.compress(acc_.local_of(op.block), plan_, b, env_.args.rng, out->data());
     codec_.decompress(out->data(), out->size, plan_, b, env_.args.out);
   });
@@ -452,9 +455,12 @@ void execute(Transport& tr, const Codec& codec, const Plan& plan, const BlockTab
              const ExecArgs& args, ExecStats& st) {
   const Memory& memory = args.memory ? *args.memory : host_memory();
   const PoolCall call(memory);  // declared first: ends after every buffer below is back
-  ExecEnv env(tr, codec, plan, bt, prog, args, memory, call.pool(), st);
+  std::optional<TimelineRecorder> recorder;
+  if (args.timeline) recorder.emplace(*args.timeline, args.timeline_slice, args.timeline_part);
+  ExecEnv env(tr, codec, plan, bt, prog, args, memory, call.pool(), st, recorder ? &*recorder : nullptr);
   Executor executor(env);
   executor.run();
+  if (recorder) recorder->finish();
 }
 
 }  // namespace dynamiq

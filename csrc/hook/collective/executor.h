@@ -19,6 +19,7 @@
 #include "hook/collective/buffer_pool.h"
 #include "hook/collective/exec_stats.h"
 #include "hook/collective/schedule.h"
+#include "hook/collective/timeline.h"
 #include "hook/transport/transport.h"
 #include "kernels/codec.h"
 
@@ -32,6 +33,11 @@ struct ExecArgs {
   // Where message buffers and the accumulator live (null: host memory); the
   // memory of the codec's pointers (a device's for the CUDA codecs).
   const Memory* memory = nullptr;
+  // Non-null: every kernel, send and receive is recorded there (timeline.h),
+  // as part of slice `timeline_slice` of the bucket.
+  Timeline* timeline = nullptr;
+  int32_t timeline_slice = 0;
+  const char* timeline_part = "data";
 };
 
 // Tag bit marking the dynamic part of a two-part message.

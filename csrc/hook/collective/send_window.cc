@@ -8,7 +8,7 @@ void SendWindow::push(PendingSend&& s) {
 }
 
 void SendWindow::post(const Op& op, const BufferPool::Ptr& buf, size_t offset, size_t bytes, uint32_t tag) {
-  env_.timer.post([&] { push(PendingSend{env_.tr.isend(buf->data() + offset, bytes, op.peer, tag), buf, -1}); });
+  push(PendingSend{env_.isend(op, buf->data() + offset, bytes, tag), buf, -1});
 }
 
 void SendWindow::send_dynamic_part(const Op& op, const BufferPool::Ptr& buf, size_t static_bytes) {
@@ -16,7 +16,7 @@ void SendWindow::send_dynamic_part(const Op& op, const BufferPool::Ptr& buf, siz
 }
 
 void SendWindow::send_view(const Op& op, const uint8_t* data, size_t bytes) {
-  env_.timer.post([&] { push(PendingSend{env_.tr.isend(data, bytes, op.peer, op.tag), nullptr, op.block}); });
+  push(PendingSend{env_.isend(op, data, bytes, op.tag), nullptr, op.block});
   zero_copy_pending_[size_t(op.block)] = 1;
 }
 
