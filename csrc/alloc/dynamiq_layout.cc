@@ -80,6 +80,44 @@ void dynamiq_layout(Plan& plan, const DynamiqFormat& fmt, int n, SgLayout layout
     return;
   }
 
+  if (layout == SgLayout::kShards) {
+    if (num % n != 0)
+      throw Error("dynamiq layout: " + std::to_string(num) + " super-groups do not split into " +
+                  std::to_string(n) + " equal shards");
+    const int64_t per = num / n;
+    // widths in decreasing wire size (ties: wider first)
+    int by_size[5] = {4, 3, 2, 1, 0};
+    std::stable_sort(by_size, by_size + 5, [&](int x, int y) { return sg_bytes[x] > sg_bytes[y]; });
+    int rank_of[5];
+    for (int t = 0; t < 5; ++t) rank_of[by_size[t]] = t;
+    plan.order.resize(size_t(num));
+    plan.wire_offset.resize(size_t(num) + 1);
+    plan.chunk_begin.assign(size_t(n) + 1, 0);
+    int64_t acc = 0;
+    for (int64_t c = 0; c < n; ++c) {
+      const int64_t b = c * per, e = b + per;
+      int64_t cnt[5] = {0, 0, 0, 0, 0};
+      for (int64_t j = b; j < e; ++j) ++cnt[rank_of[kIndexOfWidth[plan.bits[size_t(j)]]]];
+      int64_t pos[5], off[5];
+      pos[0] = b;
+      off[0] = acc;
+      for (int t = 1; t < 5; ++t) {
+        pos[t] = pos[t - 1] + cnt[t - 1];
+        off[t] = off[t - 1] + cnt[t - 1] * sg_bytes[by_size[t - 1]];
+      }
+      for (int t = 0; t < 5; ++t) acc += cnt[t] * sg_bytes[by_size[t]];
+      for (int64_t j = b; j < e; ++j) {
+        const int t = rank_of[kIndexOfWidth[plan.bits[size_t(j)]]];
+        plan.order[size_t(pos[t])] = int32_t(j);
+        plan.wire_offset[size_t(pos[t]++)] = off[t];
+        off[t] += sg_bytes[by_size[t]];
+      }
+      plan.chunk_begin[size_t(c) + 1] = e;
+    }
+    plan.wire_offset[size_t(num)] = acc;
+    return;
+  }
+
   int64_t start[6] = {0, 0, 0, 0, 0, 0};
   for (int i = 0; i < 5; ++i) start[i + 1] = start[i] + count[i];
   std::vector<int32_t> by_width(static_cast<size_t>(num));

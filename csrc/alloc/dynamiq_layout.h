@@ -19,6 +19,12 @@
 //
 // kNatural (ablation): source order, chunk boundaries at the SG whose prefix
 // of wire bytes is nearest to c * total / n; chunk bytes differ by <= 2B.
+//
+// kShards (reduce-scatter): the bucket is n equal shards of whole SGs and
+// chunk c is exactly shard c (its SGs only, so that rank c decodes its output
+// from what it receives); inside a chunk the SGs are grouped by width, widest
+// first, one run per width, in source order. No balancing across chunks: a
+// shard of wide SGs makes a larger chunk.
 #pragma once
 
 #include "kernels/codec.h"
@@ -27,13 +33,14 @@
 
 namespace dynamiq {
 
-enum class SgLayout : uint8_t { kBalancedByWidth = 0, kNatural = 1 };
+enum class SgLayout : uint8_t { kBalancedByWidth = 0, kNatural = 1, kShards = 2 };
 
 // Fills plan.unit (= fmt.S), plan.num_units, plan.order, plan.wire_offset and
 // plan.chunk_begin from plan.numel and plan.bits (width per source SG, which
 // must hold ceil(numel / S) entries, each in {1,2,4,8,16}). num_chunks >= 1:
 // the world size for ring and twostep, the largest power of two <= world for
-// butterfly. Leaves dtype and bias alone. Throws Error on bad input.
+// butterfly; for kShards the number of shards, which must divide the number of
+// SGs. Leaves dtype and bias alone. Throws Error on bad input.
 void dynamiq_layout(Plan& plan, const DynamiqFormat& fmt, int num_chunks,
                     SgLayout layout = SgLayout::kBalancedByWidth);
 

@@ -76,6 +76,19 @@ class Scheme {
   virtual Plan make_plan(DType dtype, int64_t numel, int num_chunks, int world,
                          const float* global_stats, PlanState& state, PlanInfo& info) const = 0;
 
+  // Reduce-scatter and all-gather: the bucket is `shards` equal shards and
+  // chunk c of the plan must be exactly shard c (rank c decodes its shard from
+  // what it receives, never from a unit shared with a neighbour's shard).
+  // shard_multiple(): what every shard's element count must be a multiple of
+  // for that (a DynamiQ super-group, a bit-split unit); 0 for the schemes whose
+  // plan is an identity plan, whose unit any shard size fits
+  // (identity_shard_unit).
+  virtual int64_t shard_multiple() const { return 0; }
+  // That plan. The default: make_plan's plan for `shards` chunks, checked to
+  // cut exactly at the shards (Error otherwise).
+  virtual Plan make_shard_plan(DType dtype, int64_t numel, int shards, int world, const float* global_stats,
+                               PlanState& state, PlanInfo& info) const;
+
   // The registry id of the mode this scheme was made for (make_scheme sets it).
   Mode mode() const { return mode_; }
 
@@ -83,6 +96,12 @@ class Scheme {
   friend std::unique_ptr<Scheme> make_scheme(const CollectiveConfig& cfg);
   Mode mode_ = kModeNone;
 };
+
+// The unit of an identity plan whose chunks are shards of `shard` elements:
+// the largest divisor of `shard` in [64, 256], else the shard itself up to
+// 4096 elements (one unit per chunk), else 0 (the shard must be padded). 256
+// for an empty shard.
+int64_t identity_shard_unit(int64_t shard);
 
 // Schemes are made by make_scheme (kernels/registry.h), from the factory a
 // mode registers there.

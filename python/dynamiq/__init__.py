@@ -6,6 +6,9 @@
     # or, in one call: state = dynamiq.register(ddp_model, config)
     print(state.summary())                                    # after each step
 
+    # FSDP2 (fully_shard): compressed reduce-scatter, lossless all-gather
+    fsdp_state = dynamiq.fsdp.enable(fsdp_model, dynamiq.Config(mode="dynamiq", bits=5.0))
+
 See README.md for modes, topologies and what has run on which hardware.
 """
 
@@ -15,7 +18,8 @@ from ._torch_check import TorchVersionMismatch, check_torch_version
 
 check_torch_version()  # before the extension: another torch than the build's is named, not a symbol error
 from . import _C  # noqa: E402
-from .api import (DynamiqError, MalformedMessage, TransportError, all_reduce, lossless_stats, simulate)
+from .api import (DynamiqError, MalformedMessage, TransportError, all_gather, all_reduce, lossless_stats,
+                  reduce_scatter, simulate)
 from .config import Config, ConfigError
 from .hook import HookState, comm_hook, register
 
@@ -61,9 +65,18 @@ def set_cpu_threads(n: int) -> int:
     return int(_C.set_cpu_threads(n))
 
 
+def __getattr__(name: str):
+    # dynamiq.fsdp imports torch's FSDP2: loaded on first use
+    if name == "fsdp":
+        import importlib
+
+        return importlib.import_module(".fsdp", __name__)
+    raise AttributeError(f"module 'dynamiq' has no attribute {name!r}")
+
+
 __all__ = [
     "Config", "ConfigError", "DynamiqError", "HookState", "MalformedMessage", "TorchVersionMismatch", "TransportError",
-    "all_reduce", "available_modes", "built_with_cuda", "comm_hook", "cpu_isa", "cpu_threads", "lossless_stats",
-    "register",
+    "all_gather", "all_reduce", "available_modes", "built_with_cuda", "comm_hook", "cpu_isa", "cpu_threads",
+    "lossless_stats", "reduce_scatter", "register",
     "set_cpu_threads", "simulate",
 ]

@@ -272,3 +272,48 @@ TEST(AllocLayout, MakePlanEndToEnd) {
 
 }  // namespace
 }  // namespace dynamiq
+
+namespace dynamiq {
+namespace {
+
+// kShards (reduce-scatter): chunk c holds exactly the SGs of shard c, each
+// once, grouped by width (widest first, one run per width, source order
+// inside a run); wire offsets are the running sum of SG sizes.
+TEST(AllocLayout, ShardsKeepEveryChunkToItsShard) {
+  for (const Mix& m0 : mixes(31))
+    for (int n : {1, 2, 3, 4, 5, 8}) {
+      Mix m = m0;
+      m.widths.resize(m.widths.size() - m.widths.size() % size_t(n));  // whole shards of whole SGs
+      m.numel = int64_t(m.widths.size()) * 256;
+      const Plan p = plan_for(m, n, SgLayout::kShards);
+      const int64_t per = int64_t(m.widths.size()) / n;
+      ASSERT_EQ(p.num_chunks(), n);
+      int64_t off = 0;
+      for (int c = 0; c < n; ++c) {
+        ASSERT_EQ(p.chunk_begin[size_t(c)], c * per);
+        int prev_bytes = 1 << 30;
+        int64_t prev_src = -1;
+        std::set<int64_t> seen;
+        for (int64_t w = c * per; w < (c + 1) * per; ++w) {
+          const int64_t src = p.src_unit(w);
+          ASSERT_GE(src, c * per);
+          ASSERT_LT(src, (c + 1) * per);
+          seen.insert(src);
+          const int bytes = int(dynamiq_sg_bytes(p.bits[size_t(src)], DynamiqFormat{}));
+          ASSERT_LE(bytes, prev_bytes) << "not widest first";
+          if (bytes == prev_bytes) ASSERT_GT(src, prev_src) << "not in source order within a run";
+          prev_bytes = bytes;
+          prev_src = src;
+          ASSERT_EQ(p.wire_offset[size_t(w)], off);
+          off += bytes;
+        }
+        ASSERT_EQ(int64_t(seen.size()), per);
+      }
+      ASSERT_EQ(p.wire_offset[p.wire_offset.size() - 1], off);
+    }
+  Mix odd{{2, 4, 8}, 3 * 256};
+  EXPECT_THROW(plan_for(odd, 2, SgLayout::kShards), Error);  // 3 SGs do not split into 2 shards
+}
+
+}  // namespace
+}  // namespace dynamiq

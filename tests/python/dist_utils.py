@@ -33,7 +33,8 @@ class RankFailure(AssertionError):
     pass
 
 
-_PRELOAD = ["torch", "torch.distributed", "numpy", "dynamiq", "dist_utils"]
+# torch.distributed.fsdp (and torch._dynamo, which it imports) cost ~4 s per rank to import: the FSDP2 tests
+_PRELOAD = ["torch", "torch.distributed", "numpy", "dynamiq", "dist_utils", "torch.distributed.fsdp", "dynamiq.fsdp"]
 _context = None
 
 

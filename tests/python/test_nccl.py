@@ -12,7 +12,10 @@ the GPU driver, against the CPU path as the oracle:
   experiments/results/nccl_order/README.md);
 - an inf on one rank reaches every rank's result (the exact path);
 - the DDP hook on a CUDA model: every rank ends each step with bit-identical
-  parameters, close to what exact averaging gives.
+  parameters, close to what exact averaging gives;
+- reduce_scatter (every mode) and all_gather (none, lossless) on CUDA tensors give
+  what simulate(collective=...) gives, bit for bit, shards whole and padded;
+- FSDP2 on CUDA with dynamiq.fsdp.enable: lossless trains bit-identically to none.
 """
 
 import pytest
@@ -124,3 +127,70 @@ def _no_backend_given(rank, world):
 
 def test_group_made_without_a_backend_carries_cuda_tensors():
     assert run_ranks(_no_backend_given, WORLD, backend="") == [float(WORLD * (WORLD + 1) // 2)] * WORLD
+
+
+def _sharded_cases():
+    return [(c, m, t, d, s) for c in ("reduce_scatter", "all_gather") for m in MODES for t in TOPOLOGIES
+            for d in DTYPES for s in (4096, 5003)
+            if c == "reduce_scatter" or m in ("none", "lossless")]
+
+
+def _sharded_cuda(rank, world):
+    out = []
+    for k, (coll, mode, topo, dtype, shard) in enumerate(_sharded_cases()):
+        cfg = dynamiq.Config(mode=mode, topology=topo)
+        g = torch.Generator().manual_seed(1000 * k + rank)
+        if coll == "reduce_scatter":
+            x = (torch.randn(world * shard, generator=g) * 1e-3).to(dtype).cuda()
+            y = torch.empty(shard, dtype=dtype, device="cuda")
+            dynamiq.reduce_scatter(y, x, cfg, op="mean")
+        else:
+            x = (torch.randn(shard, generator=g) * 1e-3).to(dtype).cuda()
+            y = torch.empty(world * shard, dtype=dtype, device="cuda")
+            dynamiq.all_gather(y, x, cfg)
+        out.append(y.cpu())
+    return out
+
+
+def test_cuda_reduce_scatter_and_all_gather_equal_the_cpu_path_bit_for_bit():
+    res = run_ranks(_sharded_cuda, WORLD, timeout=900, backend="nccl")
+    for k, (coll, mode, topo, dtype, shard) in enumerate(_sharded_cases()):
+        inputs = []
+        for r in range(WORLD):
+            g = torch.Generator().manual_seed(1000 * k + r)
+            n = WORLD * shard if coll == "reduce_scatter" else shard
+            inputs.append((torch.randn(n, generator=g) * 1e-3).to(dtype))
+        expect = dynamiq.simulate(inputs, dynamiq.Config(mode=mode, topology=topo), op="mean", call_index=k,
+                                  collective=coll)
+        iv = torch.int16 if dtype == torch.bfloat16 else torch.int32
+        for r in range(WORLD):
+            assert torch.equal(res[r][k].view(iv), expect[r].view(iv)), (coll, mode, topo, dtype, shard, r)
+
+
+def _fsdp_cuda(rank, world):
+    from torch.distributed.fsdp import fully_shard
+    out = {}
+    for mode in ("none", "lossless"):
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 64)).cuda()
+        fully_shard(model[0])
+        fully_shard(model)
+        dynamiq.fsdp.enable(model, dynamiq.Config(mode=mode), all_gather=mode)
+        opt = torch.optim.SGD(model.parameters(), lr=0.05)
+        losses = []
+        for step in range(10):
+            g = torch.Generator().manual_seed(100 * step + rank)
+            x = torch.randn(32, 64, generator=g).cuda()
+            loss = model(x).pow(2).mean()
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            losses.append(loss.detach().cpu())
+        out[mode] = torch.stack(losses)
+    return out
+
+
+def test_fsdp2_on_cuda_lossless_equals_none():
+    res = run_ranks(_fsdp_cuda, WORLD, timeout=600, backend="nccl")
+    for r in range(WORLD):
+        assert torch.equal(res[r]["none"], res[r]["lossless"]), r

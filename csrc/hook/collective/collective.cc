@@ -4,6 +4,7 @@
 #include <chrono>
 #include <exception>
 #include <memory>
+#include <numeric>
 #include <string>
 #include <vector>
 
@@ -19,20 +20,38 @@ double secs(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
 
-// The exact all-reduce of `data` over the identity codec; adds its executor
-// counts and times to `st` and returns the number of blocks.
+// Where a collective's decompressed results go (Output::bucket: element e of
+// the bucket at bucket + e). A reduce-scatter's output holds only this rank's
+// shard, chunk `rank`: the base is set back by that many elements (the codecs
+// only write this rank's chunk there).
+void* output_base(Collective kind, void* data, void* output, int64_t numel, DType dtype, int rank, int world) {
+  if (kind != Collective::kReduceScatter) return data;
+  return static_cast<uint8_t*>(output) - int64_t(rank) * (numel / world) * dtype_size(dtype);
+}
+
+// The exact collective of `data` over the identity codec (for a
+// reduce-scatter or all-gather: chunk c = shard c, the identity unit chosen
+// per shard); adds its executor counts and times to `st` and returns the
+// number of blocks.
 int64_t run_exact(Transport& tr, Topology topo, void* data, DType dtype, int64_t numel, ReduceOp op,
-                  int64_t block_bytes, int64_t window_bytes, ExecStats& st, const Device* device = nullptr) {
+                  int64_t block_bytes, int64_t window_bytes, ExecStats& st, const Device* device = nullptr,
+                  Collective kind = Collective::kAllReduce, void* output = nullptr) {
   const int n = tr.size();
   IdentityCodec host_codec;
   const std::unique_ptr<Codec> device_codec = device ? make_device_codec(kModeNone, host_codec, *device) : nullptr;
   const Codec& codec = device ? *device_codec : host_codec;
-  Plan plan = make_identity_plan(dtype, numel, topology_chunks(topo, n));
+  int64_t unit = 256;
+  if (kind != Collective::kAllReduce) {
+    unit = identity_shard_unit(numel / n);
+    DQ_CHECK(unit > 0, std::string("dynamiq ") + collective_name(kind) + ": shards of " +
+                           std::to_string(numel / n) + " elements must be padded first (padded_shard)");
+  }
+  Plan plan = make_identity_plan(dtype, numel, topology_chunks(topo, n, kind), int32_t(unit));
   BlockTable bt = make_blocks(plan, block_bytes);
-  Program prog = make_program(topo, tr.rank(), n, bt);
+  Program prog = make_program(topo, tr.rank(), n, bt, kind);
   ExecArgs ea;
   ea.bucket = data;
-  ea.out.bucket = data;
+  ea.out.bucket = output_base(kind, data, output, numel, dtype, tr.rank(), n);
   ea.out.divisor = op == ReduceOp::kMean ? float(n) : 1.0f;
   ea.window_bytes = window_bytes;
   ea.memory = device ? &device->memory() : nullptr;
@@ -98,6 +117,9 @@ Setup set_up(const CollectiveConfig& cfg, const CallArgs& a, int world, bool ok_
   Setup s;
   try {
     s.scheme = make_scheme(cfg);
+    if (a.kind == Collective::kAllGather && !s.scheme->exact())
+      throw Error(std::string("dynamiq all-gather: mode '") + mode_name(cfg.mode) +
+                  "' is lossy; an all-gather runs in mode 'lossless' or 'none' (parameters must arrive exact)");
     s.path = path_before_header(cfg, *s.scheme, world, a.numel);
     // A device's codec is made now when the bucket may take the compressed
     // path, so that a config its kernels cannot run (on a GPU: super-groups
@@ -182,10 +204,12 @@ Layout plan_compressed(Transport& tr, const CollectiveConfig& cfg, const CallArg
   PlanState& ps = a.plan_state ? *a.plan_state : local_state;
   PlanInfo info;
   Layout l;
-  l.plan = scheme.make_plan(a.dtype, a.numel, topology_chunks(cfg.topology, n), n,
-                            stats.empty() ? nullptr : stats.data(), ps, info);
+  const float* global = stats.empty() ? nullptr : stats.data();
+  l.plan = a.kind == Collective::kAllReduce
+               ? scheme.make_plan(a.dtype, a.numel, topology_chunks(cfg.topology, n), n, global, ps, info)
+               : scheme.make_shard_plan(a.dtype, a.numel, n, n, global, ps, info);
   l.bt = make_blocks(l.plan, cfg.compressed_block_bytes());
-  l.prog = make_program(cfg.topology, tr.rank(), n, l.bt);
+  l.prog = make_program(cfg.topology, tr.rank(), n, l.bt, a.kind);
   cs.t_plan = secs(t0, Clock::now());
   cs.bits_per_coord = info.bits_per_coord;
   for (int i = 0; i < 5; ++i) cs.width_units[i] = info.width_units[i];
@@ -204,7 +228,7 @@ ExecArgs compressed_exec_args(Transport& tr, const CollectiveConfig& cfg, const 
   const int n = tr.size();
   ExecArgs ea;
   ea.bucket = a.data;
-  ea.out.bucket = a.data;
+  ea.out.bucket = output_base(a.kind, a.data, a.output, a.numel, a.dtype, tr.rank(), n);
   ea.out.bias_scale = float(n);
   ea.out.divisor = a.op == ReduceOp::kMean ? float(n) : 1.0f;
   ea.window_bytes = cfg.window_bytes;
@@ -228,10 +252,15 @@ CallStats all_reduce_one(Transport& tr, const CollectiveConfig& cfg, const CallA
   cs.numel = a.numel;
   // A null bucket is reported like any bad input: in the header exchange, so
   // that the peers raise with this rank instead of waiting for it.
-  const bool null_data = a.local_error == InputError::kNone && a.numel > 0 && a.data == nullptr;
-  const InputError local_error = null_data ? InputError::kOther : a.local_error;
+  const int n = tr.size();
+  const char* what = collective_name(a.kind);
+  const bool null_data = a.local_error == InputError::kNone && a.numel > 0 &&
+                         (a.data == nullptr || (a.kind == Collective::kReduceScatter && a.output == nullptr));
+  // a reduce-scatter or all-gather's bucket is world equal shards
+  const bool bad_shape = a.local_error == InputError::kNone && a.kind != Collective::kAllReduce && a.numel % n != 0;
+  const InputError local_error = null_data ? InputError::kOther : bad_shape ? InputError::kShape : a.local_error;
   const bool ok_input = local_error == InputError::kNone;
-  Setup setup = set_up(cfg, a, tr.size(), ok_input);
+  Setup setup = set_up(cfg, a, n, ok_input);
   const bool ok_config = setup.config_error.empty();
 
   auto t0 = Clock::now();
@@ -240,15 +269,20 @@ CallStats all_reduce_one(Transport& tr, const CollectiveConfig& cfg, const CallA
   cs.t_local = secs(t0, Clock::now());
 
   t0 = Clock::now();
-  const HeaderVerdict hdr = exchange_header(tr, collective_header_fields(cfg, a, slice),
-                                            {pass.nonfinite, local_error, !ok_config, pass.error != nullptr});
+  const HeaderVerdict hdr = exchange_header(
+      tr, collective_header_fields(cfg, a, slice),
+      {pass.nonfinite, local_error, !ok_config, pass.error != nullptr, a.kind});
   cs.t_header = secs(t0, Clock::now());
   if (!ok_config) throw Error(setup.config_error);  // the detailed error; peers raise hdr.error
   if (pass.error) std::rethrow_exception(pass.error);
   if (null_data)
-    throw Error("dynamiq all-reduce: null data pointer for a bucket of " + std::to_string(a.numel) + " elements");
+    throw Error(std::string("dynamiq ") + what + ": null data pointer for a bucket of " + std::to_string(a.numel) +
+                " elements");
+  if (bad_shape)
+    throw Error(std::string("dynamiq ") + what + ": a bucket of " + std::to_string(a.numel) +
+                " elements does not split into " + std::to_string(n) + " equal shards");
   if (!hdr.error.empty()) throw Error(hdr.error);
-  if (!ok_input) throw Error("dynamiq all-reduce: local input rejected");
+  if (!ok_input) throw Error(std::string("dynamiq ") + what + ": local input rejected");
   // From here on receives may be posted into the statistics and the bucket.
   const ParkOnFailure park(pass.stats, a.keep_alive);
 
@@ -258,7 +292,7 @@ CallStats all_reduce_one(Transport& tr, const CollectiveConfig& cfg, const CallA
   if (cs.path != Path::kCompressed) {
     cs.bits_per_coord = 8.0 * dtype_size(a.dtype);
     cs.blocks = run_exact(tr, cfg.topology, a.data, a.dtype, a.numel, a.op, cfg.exact_block_bytes(),
-                          cfg.window_bytes, cs, a.device);
+                          cfg.window_bytes, cs, a.device, a.kind, a.output);
     finish(cs, t_start, a);
     return cs;
   }
@@ -299,7 +333,32 @@ void add_slice(CallStats& total, const CallStats& c) {
 
 }  // namespace
 
+CallStats collective(Transport& tr, const CollectiveConfig& cfg, const CallArgs& a) {
+  if (a.kind == Collective::kAllReduce) return all_reduce(tr, cfg, a);
+  CallArgs b = a;
+  if (b.kind == Collective::kAllGather) b.op = ReduceOp::kSum;  // (nothing is reduced)
+  return all_reduce_one(tr, cfg, b, 0);
+}
+
+int64_t padded_shard(const CollectiveConfig& cfg, Collective kind, int world, int64_t shard) {
+  DQ_CHECK(world >= 1 && shard >= 0, "padded_shard: bad world or shard size");
+  auto round_up = [](int64_t x, int64_t m) { return ceil_div<int64_t>(x, m) * m; };
+  // the exact paths' identity plan: a unit that divides the shard, else pad to a multiple of 64
+  const int64_t exact = identity_shard_unit(shard) > 0 ? shard : round_up(shard, 64);
+  const std::unique_ptr<Scheme> scheme = make_scheme(cfg);
+  const int64_t sm = scheme->shard_multiple();
+  if (kind == Collective::kAllGather || sm == 0 ||
+      path_before_header(cfg, *scheme, world, int64_t(world) * exact) != Path::kCompressed)
+    return exact;
+  // Compressed: whole units per shard; a multiple of 64 too, so that the exact
+  // paths (non-finite input) cut it as well. A larger bucket stays compressed
+  // (path_before_header is monotone in numel once the shards are whole units).
+  if (shard % sm == 0 && identity_shard_unit(shard) > 0) return shard;
+  return round_up(shard, std::lcm<int64_t>(sm, 64));
+}
+
 CallStats all_reduce(Transport& tr, const CollectiveConfig& cfg, const CallArgs& a) {
+  if (a.kind != Collective::kAllReduce) return collective(tr, cfg, a);
   const int64_t es = dtype_size(a.dtype);
   const int64_t max_numel =
       cfg.max_collective_bytes > 0 ? std::max<int64_t>(cfg.max_collective_bytes / es, 4096) : INT64_MAX;

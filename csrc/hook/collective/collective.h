@@ -40,8 +40,9 @@ enum class InputError : int32_t {
   kOther = 4,
   kConfig = 5,   // make_scheme rejected this rank's config (set by the driver itself)
   kLocalPass = 6,  // the local pass (statistics, non-finite scan) failed on this rank (set by the driver)
+  kShape = 7,    // reduce-scatter / all-gather: output and input sizes or dtypes that do not fit
 };
-constexpr int kNumInputErrors = 7;
+constexpr int kNumInputErrors = 8;
 
 struct CallArgs {
   void* data = nullptr;
@@ -60,6 +61,19 @@ struct CallArgs {
   // there); the driver then keeps this owner alive until the process exits
   // (see keep_forever) instead of letting the memory be freed and reused.
   std::shared_ptr<void> keep_alive;
+  // The collective (config.h Collective); an all-reduce works in place on `data`.
+  //  - kReduceScatter: `data` (numel elements) is world equal shards and is
+  //    only read; `output` (numel / world elements, same dtype and memory)
+  //    receives this rank's shard of the reduction.
+  //  - kAllGather: `data` (numel elements) is world equal shards, this rank's
+  //    filled in by the caller; every other shard is written (op ignored).
+  // Shards must be cut by the plan (padded_shard); the caller stages others.
+  Collective kind = Collective::kAllReduce;
+  void* output = nullptr;
+  // The element count the caller was given before staging (padded_shard):
+  // in the header fingerprint instead of numel, so that ranks whose tensors
+  // differ in size are told so even when their padded sizes agree. <0: numel.
+  int64_t caller_numel = -1;
 };
 
 // The main all-reduce's executor counts and times, this rank (ExecStats:
@@ -100,6 +114,24 @@ struct CallStats : ExecStats {
 // carried from one slice to the next); the stats add up over the slices (path:
 // exact-nonfinite if any slice took it; bits_per_coord: the numel-weighted mean).
 CallStats all_reduce(Transport& tr, const CollectiveConfig& cfg, const CallArgs& args);
+
+// Runs args.kind: the all-reduce (all_reduce above), or a reduce-scatter or
+// all-gather as one collective (never sliced: max_collective_bytes does not
+// apply). Same header exchange, errors and statistics; a reduce-scatter runs
+// the all-reduce's paths (compressed, exact for mode none, tiny, non-finite
+// or budget) over the topology's reduce phase, an all-gather (modes none and
+// lossless only: an error on every rank otherwise) its all-gather phase. A
+// rank whose numel is not a multiple of the world size reports
+// InputError::kShape.
+CallStats collective(Transport& tr, const CollectiveConfig& cfg, const CallArgs& args);
+
+// The shard size a reduce-scatter or all-gather of `world` shards of `shard`
+// elements each runs with (>= shard): `shard` itself when the plan can cut
+// the bucket at the shards (chunk c = shard c exactly), else a size the
+// caller pads each shard to with zeros (a multiple of the mode's unit and of
+// 64). Depends only on the config, kind, world and shard, so every rank
+// agrees. Throws Error for a config make_scheme rejects.
+int64_t padded_shard(const CollectiveConfig& cfg, Collective kind, int world, int64_t shard);
 
 // The sum of a float32 vector in host memory over ranks with the identity
 // codec (the metadata all-reduce): exact float32 ring/butterfly/two-step sums,

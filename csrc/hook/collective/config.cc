@@ -16,6 +16,15 @@ const char* topology_name(Topology t) {
   return "?";
 }
 
+const char* collective_name(Collective c) {
+  switch (c) {
+    case Collective::kAllReduce: return "all-reduce";
+    case Collective::kReduceScatter: return "reduce-scatter";
+    case Collective::kAllGather: return "all-gather";
+  }
+  return "?";
+}
+
 namespace {
 struct Fnv {
   uint64_t h = 1469598103934665603ull;

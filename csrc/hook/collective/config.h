@@ -20,8 +20,13 @@ inline constexpr Mode kModeNone = Mode(0);
 // Numeric values are part of the wire fingerprint: never renumber.
 enum class Topology : uint8_t { kRing = 0, kButterfly = 1, kTwoStep = 2 };
 enum class ReduceOp : uint8_t { kSum = 0, kMean = 1 };
+// Which collective a call runs (part of the header fingerprint): the
+// all-reduce; its reduce phase alone (rank c ends with shard c of the sum);
+// its all-gather phase alone (every rank ends with every rank's shard).
+enum class Collective : uint8_t { kAllReduce = 0, kReduceScatter = 1, kAllGather = 2 };
 
 const char* topology_name(Topology t);
+const char* collective_name(Collective c);
 
 struct CollectiveConfig {
   Mode mode = kModeNone;

@@ -75,7 +75,8 @@ std::vector<size_t> last_final_uses(const ExecEnv& env) {
   std::vector<size_t> last(env.bt.blocks.size(), 0);
   for (size_t i = 0; i < env.prog.ops.size(); ++i) {
     const Role r = env.op(i).role;
-    if (r == Role::kSendFinal || r == Role::kRecvFinal || r == Role::kRecvSink || r == Role::kLocalSink)
+    if (r == Role::kSendFinal || r == Role::kRecvFinal || r == Role::kRecvSink || r == Role::kLocalSink ||
+        r == Role::kLocalFinal)
       last[size_t(env.op(i).block)] = i;
   }
   return last;
@@ -120,6 +121,7 @@ class Executor {
   void reduce_and_recompress(const Op& op, const BufferPool::Ptr& msg);
   void take_final(const Op& op, const BufferPool::Ptr& msg);
   void local_sink(const Op& op);
+  void local_final(const Op& op);
 
   ExecEnv& env_;
   const Codec& codec_;
@@ -185,6 +187,8 @@ void Executor::run_op(size_t i) {
     receive(i);
   else if (op.role == Role::kLocalSink)
     local_sink(op);
+  else if (op.role == Role::kLocalFinal)
+    local_final(op);
   else if (!posted_with_group_[i])
     send(i);
 }
@@ -446,6 +450,22 @@ void Executor::local_sink(const Op& op) {
     out->size = codec_.compress(acc_.local_of(op.block), plan_, b, env_.args.rng, out->data());
     codec_.decompress(out->data(), out->size, plan_, b, env_.args.out);
   });
+  finals_[size_t(op.block)] = std::move(out);
+}
+
+// kLocalFinal (all-gather: the rank's own shard): final <- compress(local),
+// the output left alone (it holds those values). With a wire view (identity
+// codec) the final bytes are the bucket's own memory, sent without a copy;
+// nothing writes there during the collective.
+void Executor::local_final(const Op& op) {
+  const Block& b = env_.block(op);
+  const Local x = acc_.local_of(op.block);
+  if (const uint8_t* view = codec_.wire_view(x, plan_, b)) {
+    finals_[size_t(op.block)] = BufferPool::view(const_cast<uint8_t*>(view), env_.static_bytes(op));
+    return;
+  }
+  BufferPool::Ptr out = env_.pool.get(env_.max_message_bytes(b));
+  env_.timer.kernel([&] { out->size = codec_.compress(x, plan_, b, env_.args.rng, out->data()); });
   finals_[size_t(op.block)] = std::move(out);
 }
 

@@ -26,7 +26,7 @@
 namespace dynamiq {
 
 struct ExecArgs {
-  void* bucket = nullptr;       // the rank's input, overwritten with the result
+  void* bucket = nullptr;       // the rank's input (all-reduce: overwritten with the result)
   Output out;                   // how final values are written (bias add, divisor)
   RngCtx rng;
   int64_t window_bytes = 16 << 20;

@@ -17,6 +17,7 @@ const char* input_error_name(int e) {
     case InputError::kOther: return "invalid input";
     case InputError::kConfig: return "an invalid config";
     case InputError::kLocalPass: return "a failure in its local pass (statistics of the bucket)";
+    case InputError::kShape: return "output and input that do not fit the collective (sizes or dtypes)";
     default: return "?";
   }
 }
@@ -59,13 +60,14 @@ std::vector<int64_t> encode(const std::vector<HeaderField>& fields, const Header
 }
 
 // "" when no rank reported an input error, else what every rank raises.
-std::string reported_errors(const std::vector<int64_t>& h) {
+std::string reported_errors(const std::vector<int64_t>& h, Collective kind) {
   std::ostringstream errs;
   for (int e = 1; e < kNumInputErrors; ++e)
     if (h[2 + size_t(e)] > 0)
       errs << (errs.tellp() > 0 ? "; " : "") << h[2 + size_t(e)] << " rank(s) reported " << input_error_name(e);
   if (errs.tellp() == 0) return "";
-  return "dynamiq all-reduce aborted on every rank: " + errs.str() + " (the offending rank raises the detailed error)";
+  return std::string("dynamiq ") + collective_name(kind) + " aborted on every rank: " + errs.str() +
+         " (the offending rank raises the detailed error)";
 }
 
 // "" when every rank holds every field alike, else what every rank raises.
@@ -76,8 +78,11 @@ std::string disagreements(const std::vector<int64_t>& h, const std::vector<Heade
     for (int p = 0; p < kPieces; ++p) {
       const int64_t s = h[kHeaderFixed + (f * kPieces + size_t(p)) * 2];
       const int64_t q = h[kHeaderFixed + (f * kPieces + size_t(p)) * 2 + 1];
-      // s <= n * 65535 < 2^31 for n < 2^15, so s*s fits; q*n fits likewise.
-      if (int64_t(n) * q != s * s) same = false;
+      // s <= n * 65535 < 2^31 for n < 2^15, so s*s fits; q*n fits likewise. Sums outside
+      // those ranges come from a corrupted contribution: a disagreement, tested before any
+      // product that could overflow.
+      const int64_t smax = int64_t(n) * 65535;
+      if (s < 0 || s > smax || q < 0 || q > smax * 65535 || int64_t(n) * q != s * s) same = false;
     }
     if (!same) bad << (bad.tellp() > 0 ? ", " : "") << fields[f].name;
   }
@@ -96,13 +101,14 @@ std::vector<HeaderField> collective_header_fields(const CollectiveConfig& cfg, c
       {"topology", uint64_t(cfg.topology)},
       {"reduce op", uint64_t(a.op)},
       {"dtype", uint64_t(a.dtype)},
-      {"numel", uint64_t(a.numel)},
+      {"numel", uint64_t(a.caller_numel >= 0 ? a.caller_numel : a.numel)},
       {"collective sequence number", a.seq},
       {"slice of the bucket", uint64_t(slice)},
       {"config fingerprint (bits, seed, widths, rounding, group sizes, block size)", cfg.fingerprint()},
       // every rank plans from its own copy: a copy restored on some ranks only
       // would give other widths, so other message sizes, on those ranks
       {"allocator state (the fast rule's carried offset u)", plan_state_fingerprint(a.plan_state)},
+      {"collective (all-reduce, reduce-scatter or all-gather)", uint64_t(a.kind)},
   };
 }
 
@@ -116,7 +122,7 @@ HeaderVerdict exchange_header(Transport& tr, const std::vector<HeaderField>& fie
     out.error = "header exchange counted " + std::to_string(h[0]) + " ranks, expected " + std::to_string(n);
     return out;
   }
-  out.error = reported_errors(h);
+  out.error = reported_errors(h, report.kind);
   if (out.error.empty()) out.error = disagreements(h, fields, n);
   return out;
 }

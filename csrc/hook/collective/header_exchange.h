@@ -29,6 +29,7 @@ struct HeaderReport {
   InputError input_error = InputError::kNone;  // its input was rejected
   bool config_error = false;                   // make_scheme rejected its config (InputError::kConfig)
   bool local_pass_error = false;               // its local pass threw (InputError::kLocalPass)
+  Collective kind = Collective::kAllReduce;     // named in the error message
 };
 
 // What every rank learns, identically.

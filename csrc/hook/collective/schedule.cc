@@ -15,13 +15,14 @@ const char* role_name(Role r) {
     case Role::kRecvSink: return "recv-sink";
     case Role::kLocalSink: return "local-sink";
     case Role::kRecvFinal: return "recv-final";
+    case Role::kLocalFinal: return "local-final";
   }
   return "?";
 }
 
-int topology_chunks(Topology t, int world) {
+int topology_chunks(Topology t, int world, Collective kind) {
   DQ_CHECK(world >= 1, "world size must be >= 1");
-  if (t == Topology::kButterfly) {
+  if (t == Topology::kButterfly && kind == Collective::kAllReduce) {
     int p = 1;
     while (p * 2 <= world) p *= 2;
     return p;
@@ -112,23 +113,28 @@ int mod(int a, int n) { return ((a % n) + n) % n; }
 
 // Ring: rank r owns chunk r. Chunk c travels c+1 -> c+2 -> ... -> c (n-1 hops),
 // then its final bytes travel c -> c+1 -> ... -> c-1.
-void ring(Builder& b, int r, int n) {
+// A reduce-scatter runs the first n-1 steps alone (chunk c's sink is rank c);
+// an all-gather the last n-1 alone, each rank's final bytes made from its own
+// shard first (kLocalFinal).
+void ring(Builder& b, int r, int n, Collective kind) {
+  const bool reduce = kind != Collective::kAllGather, gather = kind != Collective::kReduceScatter;
   if (n == 1) {
-    for (int j = 0; j < b.B; ++j) b.add(Role::kLocalSink, 0, j, -1, 0);
+    for (int j = 0; j < b.B; ++j) b.add(reduce ? Role::kLocalSink : Role::kLocalFinal, 0, j, -1, 0);
     return;
   }
   const int next = mod(r + 1, n), prev = mod(r - 1, n);
-  for (int s = 0; s < n - 1; ++s) {
+  for (int s = 0; s < (reduce ? n - 1 : 0); ++s) {
     const int sc = mod(r - 1 - s, n), rc = mod(r - 2 - s, n);
     for (int j = 0; j < b.B; ++j) {
       b.step(s == 0 ? Role::kSendLeaf : Role::kSendPending, sc, j, next, b.tag(s, sc, j),
              s < n - 2 ? Role::kRecvDAR : Role::kRecvSink, rc, j, prev, b.tag(s, rc, j));
     }
   }
-  for (int g = 0; g < n - 1; ++g) {
+  for (int g = 0; g < (gather ? n - 1 : 0); ++g) {
     const int step = n - 1 + g;
     const int sc = mod(r - g, n), rc = mod(r - 1 - g, n);
     for (int j = 0; j < b.B; ++j) {
+      if (!reduce && g == 0) b.add(Role::kLocalFinal, sc, j, -1, 0);
       b.step(Role::kSendFinal, sc, j, next, b.tag(step, sc, j), Role::kRecvFinal, rc, j, prev,
              b.tag(step, rc, j));
     }
@@ -240,16 +246,158 @@ void butterfly(Builder& b, int r, int n) {
   }
 }
 
+// Butterfly reduce-scatter (recursive halving) and all-gather (recursive
+// doubling) on n ranks, p = the largest power of two <= n, over n chunks
+// (chunk c = shard c). The halving and doubling steps run among the core
+// ranks 0..p-1 over *groups*: group g holds chunk g and, when g + p < n,
+// chunk g + p; after the halving steps core rank g holds its group summed over
+// the core ranks. Extra ranks e >= p (n not a power of two):
+//  - reduce-scatter: e compresses its part of every chunk c != e once and
+//    sends it to c's core rank, which adds it (kRecvDA) just before that
+//    block's last halving step; core rank g then sends its partial sum of
+//    chunk g + p (kRecvDAR at the last step) to rank g + p, whose sink adds its
+//    own part. So every sink is its chunk's rank and no rank sends an extra
+//    rank's whole input anywhere; the core ranks with an extra partner carry
+//    its chunk through the halving steps (at most 2 chunks per group).
+//  - all-gather: e sends its final bytes to core rank e - p before the
+//    doubling steps, and receives every other chunk from that chunk's core
+//    rank after them (each core rank sends its group's chunks to every extra).
+void butterfly_phase(Builder& b, int r, int n, Collective kind) {
+  const bool reduce = kind == Collective::kReduceScatter;
+  int p = 1, k = 0;
+  while (p * 2 <= n) p *= 2, ++k;
+  if (n == 1) {
+    for (int j = 0; j < b.B; ++j) b.add(reduce ? Role::kLocalSink : Role::kLocalFinal, 0, j, -1, 0);
+    return;
+  }
+  const int extra_step = 0, last_step = k + 1;
+  // chunks of the groups [lo, hi): the groups' first chunks, then their second ones
+  auto chunks_of = [&](int lo, int hi) {
+    std::vector<int> cs;
+    for (int g = lo; g < hi; ++g) cs.push_back(g);
+    for (int g = lo; g < hi; ++g)
+      if (g + p < n) cs.push_back(g + p);
+    return cs;
+  };
+  auto group_of = [&](int c) { return c < p ? c : c - p; };
+  if (r >= p) {
+    const int core = r - p;
+    if (reduce) {
+      for (int j = 0; j < b.B; ++j)
+        b.grouped([&] {
+          for (int g = 0; g < p; ++g)
+            for (int c : chunks_of(g, g + 1))
+              if (c != r) b.add(Role::kSendLeaf, c, j, g, b.tag(extra_step, c, j));
+        });
+      for (int j = 0; j < b.B; ++j) b.add(Role::kRecvSink, r, j, core, b.tag(last_step, r, j));
+    } else {
+      for (int j = 0; j < b.B; ++j) {
+        b.add(Role::kLocalFinal, r, j, -1, 0);
+        b.add(Role::kSendFinal, r, j, core, b.tag(extra_step, r, j));
+      }
+      for (int j = 0; j < b.B; ++j)
+        b.grouped([&] {
+          for (int g = 0; g < p; ++g)
+            for (int c : chunks_of(g, g + 1))
+              if (c != r) b.add(Role::kRecvFinal, c, j, g, b.tag(last_step, c, j));
+        });
+    }
+    return;
+  }
+  // keep[t] = groups kept after step t; sent[t] = the groups sent at step t.
+  std::vector<std::pair<int, int>> keep(static_cast<size_t>(k)), sent(static_cast<size_t>(k));
+  int lo = 0, hi = p;
+  for (int t = 0; t < k; ++t) {
+    const int d = p >> (t + 1), half = (hi - lo) / 2;
+    if ((r & d) == 0) {
+      keep[size_t(t)] = {lo, lo + half};
+      sent[size_t(t)] = {lo + half, hi};
+    } else {
+      keep[size_t(t)] = {lo + half, hi};
+      sent[size_t(t)] = {lo, lo + half};
+    }
+    lo = keep[size_t(t)].first;
+    hi = keep[size_t(t)].second;
+  }
+  DQ_CHECK(lo == r && hi == r + 1, "butterfly: rank does not end up owning its own group");
+  const int partner_chunk = r + p < n ? r + p : -1;  // the extra rank's chunk this core rank serves
+  // One exchange with `partner`: send `S`, receive `R`, block by block; send
+  // i and receive i form one step where both exist.
+  auto exchange = [&](int step, int partner, const std::vector<int>& S, Role sr, const std::vector<int>& R,
+                      auto&& recv_role, auto&& before_recv) {
+    for (int j = 0; j < b.B; ++j)
+      b.grouped([&] {
+        const size_t m = std::max(S.size(), R.size());
+        for (size_t i = 0; i < m; ++i) {
+          if (i < R.size()) before_recv(R[i], j);
+          if (i < S.size() && i < R.size()) {
+            b.step(sr, S[i], j, partner, b.tag(step, S[i], j), recv_role(R[i]), R[i], j, partner,
+                   b.tag(step, R[i], j));
+          } else if (i < S.size()) {
+            b.add(sr, S[i], j, partner, b.tag(step, S[i], j));
+          } else {
+            b.add(recv_role(R[i]), R[i], j, partner, b.tag(step, R[i], j));
+          }
+        }
+      });
+  };
+  auto nothing = [](int, int) {};
+  if (reduce) {
+    for (int t = 0; t < k; ++t) {
+      const int partner = r ^ (p >> (t + 1));
+      const auto& S = sent[size_t(t)];
+      const auto& K = keep[size_t(t)];
+      // received chunks: summed and sent on at step t+1 -> fused DAR; kept -> DA;
+      // last step: the own chunk -> sink, the extra partner's -> DAR (sent to it after)
+      auto recv_role = [&](int c) {
+        if (t == k - 1) return c == r ? Role::kRecvSink : Role::kRecvDAR;
+        const auto& s1 = sent[size_t(t) + 1];
+        return (group_of(c) >= s1.first && group_of(c) < s1.second) ? Role::kRecvDAR : Role::kRecvDA;
+      };
+      // at the last step each block first takes the extra ranks' parts of it
+      auto extras_first = [&](int c, int j) {
+        if (t != k - 1) return;
+        for (int e = p; e < n; ++e)
+          if (e != c) b.add(Role::kRecvDA, c, j, e, b.tag(extra_step, c, j));
+      };
+      exchange(1 + t, partner, chunks_of(S.first, S.second), t == 0 ? Role::kSendLeaf : Role::kSendPending,
+               chunks_of(K.first, K.second), recv_role, extras_first);
+    }
+    if (partner_chunk >= 0)
+      for (int j = 0; j < b.B; ++j) b.add(Role::kSendPending, partner_chunk, j, partner_chunk, b.tag(last_step, partner_chunk, j));
+    return;
+  }
+  for (int j = 0; j < b.B; ++j) {
+    b.add(Role::kLocalFinal, r, j, -1, 0);
+    if (partner_chunk >= 0) b.add(Role::kRecvFinal, partner_chunk, j, partner_chunk, b.tag(extra_step, partner_chunk, j));
+  }
+  for (int t = k - 1; t >= 0; --t) {
+    const int partner = r ^ (p >> (t + 1));
+    const auto& S = sent[size_t(t)];
+    const auto& K = keep[size_t(t)];
+    exchange(1 + (k - 1 - t), partner, chunks_of(K.first, K.second), Role::kSendFinal, chunks_of(S.first, S.second),
+             [](int) { return Role::kRecvFinal; }, nothing);
+  }
+  // the group's chunks to every extra rank
+  for (int j = 0; j < b.B; ++j)
+    b.grouped([&] {
+      for (int e = p; e < n; ++e)
+        for (int c : chunks_of(r, r + 1))
+          if (c != e) b.add(Role::kSendFinal, c, j, e, b.tag(last_step, c, j));
+    });
+}
+
 // Two-step: every rank compresses each outgoing chunk once and sends it to the
 // chunk's owner, which sums in float32 and compresses the result once; then
 // the owner sends its final bytes to everybody.
-void twostep(Builder& b, int r, int n) {
+void twostep(Builder& b, int r, int n, Collective kind) {
+  const bool reduce = kind != Collective::kAllGather, gather = kind != Collective::kReduceScatter;
   if (n == 1) {
-    for (int j = 0; j < b.B; ++j) b.add(Role::kLocalSink, 0, j, -1, 0);
+    for (int j = 0; j < b.B; ++j) b.add(reduce ? Role::kLocalSink : Role::kLocalFinal, 0, j, -1, 0);
     return;
   }
   // Block j to and from every peer: one group on ordered transports.
-  for (int j = 0; j < b.B; ++j)
+  for (int j = 0; j < (reduce ? b.B : 0); ++j)
     b.grouped([&] {
       for (int i = 1; i < n; ++i) {
         const int dst = mod(r + i, n), src = mod(r - i, n);
@@ -258,7 +406,8 @@ void twostep(Builder& b, int r, int n) {
         b.step(Role::kSendLeaf, dst, j, dst, tag, i < n - 1 ? Role::kRecvDA : Role::kRecvSink, r, j, src, tag);
       }
     });
-  for (int j = 0; j < b.B; ++j)
+  for (int j = 0; j < (gather ? b.B : 0); ++j) {
+    if (!reduce) b.add(Role::kLocalFinal, r, j, -1, 0);
     b.grouped([&] {
       for (int i = 1; i < n; ++i) {
         const int dst = mod(r + i, n), src = mod(r - i, n);
@@ -266,14 +415,15 @@ void twostep(Builder& b, int r, int n) {
         b.step(Role::kSendFinal, r, j, dst, tag, Role::kRecvFinal, src, j, src, tag);
       }
     });
+  }
 }
 
 }  // namespace
 
-Program make_program(Topology t, int rank, int world, const BlockTable& bt) {
+Program make_program(Topology t, int rank, int world, const BlockTable& bt, Collective kind) {
   DQ_CHECK(rank >= 0 && rank < world, "rank out of range");
   Builder b(bt);
-  DQ_CHECK(b.C == topology_chunks(t, world), "block table has the wrong number of chunks");
+  DQ_CHECK(b.C == topology_chunks(t, world, kind), "block table has the wrong number of chunks");
   // Tags must fit in 30 bits. Checked here for the largest tag any rank of
   // the program uses, so that every rank raises the same error (a check per op
   // alone would stop only the ranks that use the largest tags, and the others
@@ -285,8 +435,13 @@ Program make_program(Topology t, int rank, int world, const BlockTable& bt) {
       case Topology::kRing: tag_space = int64_t(2) * (world - 1) * C * B; break;
       case Topology::kButterfly: {
         int k = 0;
-        while ((int64_t(1) << k) < C) ++k;
-        tag_space = (2 * int64_t(k) + 2) * C * B;
+        if (kind == Collective::kAllReduce) {
+          while ((int64_t(1) << k) < C) ++k;
+          tag_space = (2 * int64_t(k) + 2) * C * B;
+        } else {  // steps 0 (extra ranks), 1..k, k+1 (extra ranks)
+          while ((int64_t(2) << k) <= world) ++k;
+          tag_space = (int64_t(k) + 2) * C * B;
+        }
         break;
       }
       case Topology::kTwoStep: tag_space = 2 * B * int64_t(world); break;
@@ -298,9 +453,14 @@ Program make_program(Topology t, int rank, int world, const BlockTable& bt) {
                " ranks need too many message tags; use larger blocks (block_bytes) or smaller "
                "collectives (max_collective_bytes)");
   switch (t) {
-    case Topology::kRing: ring(b, rank, world); break;
-    case Topology::kButterfly: butterfly(b, rank, world); break;
-    case Topology::kTwoStep: twostep(b, rank, world); break;
+    case Topology::kRing: ring(b, rank, world, kind); break;
+    case Topology::kButterfly:
+      if (kind == Collective::kAllReduce)
+        butterfly(b, rank, world);
+      else
+        butterfly_phase(b, rank, world, kind);
+      break;
+    case Topology::kTwoStep: twostep(b, rank, world, kind); break;
   }
   return std::move(b.prog);
 }

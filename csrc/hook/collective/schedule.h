@@ -12,7 +12,21 @@
 //   kRecvSink     final <- compress(local + decompress(msg)); output <- decompress(final)
 //   kLocalSink    final <- compress(local); output <- decompress(final)   (world of one)
 //   kRecvFinal    final <- msg; output <- decompress(final)        (all-gather receive)
+//   kLocalFinal   final <- compress(local); output left alone      (all-gather: own shard)
 // The sink decompresses its own final bytes, so every rank ends with the same values.
+//
+// A reduce-scatter runs the reduce phase of a topology alone: chunk c is
+// shard c of the input and its sink is rank c, which decodes its output from
+// what it receives. An all-gather runs the all-gather phase alone: rank c's
+// shard is compressed once (kLocalFinal) and its final bytes are forwarded
+// unchanged. Butterfly on a world that is not a power of two, p = the largest
+// power of two below it: core rank g < p serves the chunks g and g + p (when
+// g + p < n) in the halving or doubling steps; an extra rank e >= p sends its
+// part of every other chunk straight to that chunk's core rank (reduce-scatter:
+// added before the last halving step) and gets chunk e's partial sum from
+// core rank e - p to finish as its sink; in an all-gather it sends its shard
+// to e - p before the doubling steps and gets every other shard from its core
+// rank after them.
 #pragma once
 
 #include <cstdint>
@@ -33,6 +47,7 @@ enum class Role : uint8_t {
   kRecvSink,
   kLocalSink,
   kRecvFinal,
+  kLocalFinal,
 };
 
 inline bool is_send(Role r) {
@@ -67,9 +82,10 @@ struct Program {
   std::vector<Op> ops;
 };
 
-// Number of chunks the plan must have for a topology on `world` ranks
-// (butterfly: the largest power of two <= world; others: world).
-int topology_chunks(Topology t, int world);
+// Number of chunks the plan must have for a topology on `world` ranks: for an
+// all-reduce on a butterfly the largest power of two <= world; else world
+// (for a reduce-scatter or all-gather chunk c is shard c).
+int topology_chunks(Topology t, int world, Collective kind = Collective::kAllReduce);
 
 // Cuts every chunk of the plan into the same number of blocks of about
 // `block_bytes` wire bytes each (at unit boundaries; blocks may be empty when
@@ -80,8 +96,9 @@ struct BlockTable {
 };
 BlockTable make_blocks(const Plan& plan, int64_t block_bytes);
 
-// The schedule of `rank` for a topology. Ops on empty blocks are omitted.
-Program make_program(Topology t, int rank, int world, const BlockTable& bt);
+// The schedule of `rank` for a topology and collective. Ops on empty blocks are omitted.
+Program make_program(Topology t, int rank, int world, const BlockTable& bt,
+                     Collective kind = Collective::kAllReduce);
 
 // Largest tag used by a program shape (for tag-space checks).
 std::string describe_program(const Program& p);

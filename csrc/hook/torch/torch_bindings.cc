@@ -108,11 +108,16 @@ bool ordered_posting_env() {
   return v != nullptr && std::string(v) == "1";
 }
 
-py::dict run_all_reduce(std::optional<at::Tensor> tensor, const std::string& group_name,
-                        const CollectiveConfig& cfg, const std::string& op, uint64_t seq,
-                        std::optional<std::pair<double, double>> u, int local_error,
-                        const std::string& device) {
+// One collective over a process group: `tensor` is the all-reduce's bucket
+// (in place) or the reduce-scatter's or all-gather's input, `output` the
+// reduce-scatter's output (null otherwise).
+py::dict run_on_group(Collective kind, std::optional<at::Tensor> tensor, std::optional<at::Tensor> output,
+                      const std::string& group_name, const CollectiveConfig& cfg, const std::string& op,
+                      uint64_t seq, std::optional<std::pair<double, double>> u, int local_error,
+                      const std::string& device, int64_t caller_numel) {
   CallArgs a;
+  a.kind = kind;
+  a.caller_numel = caller_numel;
   a.op = to_op(op);
   a.seq = seq;
   a.local_error = InputError(local_error);
@@ -139,6 +144,14 @@ py::dict run_all_reduce(std::optional<at::Tensor> tensor, const std::string& gro
     a.numel = tensor->numel();
     // kept alive for ever if the collective fails (receives may still write into it)
     a.keep_alive = std::make_shared<at::Tensor>(*tensor);
+    if (kind == Collective::kReduceScatter) {
+      DQ_CHECK(output.has_value(), "dynamiq: reduce_scatter needs an output tensor");
+      check_tensor(*output, true);
+      DQ_CHECK(output->device() == tensor->device() && output->scalar_type() == tensor->scalar_type(),
+               "dynamiq: reduce_scatter output and input differ in device or dtype");
+      a.output = output->data_ptr();
+      a.keep_alive = std::make_shared<std::pair<at::Tensor, at::Tensor>>(*tensor, *output);
+    }
   }
   CallStats s;
   bool ordered = false, one_part = false;
@@ -164,12 +177,44 @@ py::dict run_all_reduce(std::optional<at::Tensor> tensor, const std::string& gro
         group_name, tensor && dev.is_cuda() ? tensor->device() : dev, ordered_posting_env());
     ordered = tr.posts_in_order();
     one_part = tr.sends_whole_messages();
-    s = all_reduce(tr, cfg, a);
+    // an output that is not one shard of the input: reported, so that every rank raises
+    if (output && a.local_error == InputError::kNone && output->numel() * tr.size() != a.numel)
+      a.local_error = InputError::kShape;
+    s = collective(tr, cfg, a);
   }
   py::dict d = stats_dict(s);
   d["ordered_posting"] = ordered;  // posted as for NCCL (see C10dTransport)
   d["one_part_messages"] = one_part;  // two-part (lossless) messages sent as one (Gloo)
   return d;
+}
+
+py::dict run_all_reduce(std::optional<at::Tensor> tensor, const std::string& group_name,
+                        const CollectiveConfig& cfg, const std::string& op, uint64_t seq,
+                        std::optional<std::pair<double, double>> u, int local_error,
+                        const std::string& device) {
+  return run_on_group(Collective::kAllReduce, std::move(tensor), std::nullopt, group_name, cfg, op, seq, u,
+                      local_error, device, -1);
+}
+
+Collective to_kind(int kind) {
+  DQ_CHECK(kind >= 0 && kind <= 2, "dynamiq: collective kind must be 0, 1 or 2");
+  return Collective(kind);
+}
+
+// A reduce-scatter (tensors = (input, output)) or all-gather (tensors =
+// (buffer, buffer): world shards, this rank's filled in).
+py::dict run_sharded(int kind, std::optional<std::pair<at::Tensor, at::Tensor>> tensors,
+                     const std::string& group_name, const CollectiveConfig& cfg, const std::string& op,
+                     uint64_t seq, std::optional<std::pair<double, double>> u, int local_error,
+                     const std::string& device, int64_t caller_numel) {
+  const Collective k = to_kind(kind);
+  DQ_CHECK(k != Collective::kAllReduce, "dynamiq: use all_reduce for an all-reduce");
+  std::optional<at::Tensor> input, output;
+  if (tensors) {
+    input = tensors->first;
+    if (k == Collective::kReduceScatter) output = tensors->second;
+  }
+  return run_on_group(k, input, output, group_name, cfg, op, seq, u, local_error, device, caller_numel);
 }
 
 py::list run_simulate(std::vector<at::Tensor> tensors, const CollectiveConfig& cfg,
@@ -195,6 +240,46 @@ py::list run_simulate(std::vector<at::Tensor> tensors, const CollectiveConfig& c
       PlanState ps;  // as a real call: one allocator state for all slices of the bucket
       a.plan_state = &ps;
       stats[size_t(r)] = all_reduce(tr, cfg, a);
+    });
+  }
+  py::list out;
+  for (auto& s : stats) out.append(stats_dict(s));
+  return out;
+}
+
+// simulate() of a reduce-scatter (inputs[r] -> outputs[r]) or all-gather
+// (inputs[r] is rank r's buffer of world shards, its own filled; outputs ignored).
+py::list run_simulate_sharded(int kind, std::vector<at::Tensor> inputs, std::vector<at::Tensor> outputs,
+                              const CollectiveConfig& cfg, const std::string& op, uint64_t seq, double timeout_s) {
+  const Collective k = to_kind(kind);
+  const int n = int(inputs.size());
+  DQ_CHECK(n >= 1 && outputs.size() == inputs.size(), "dynamiq.simulate: one input and one output per rank");
+  for (int r = 0; r < n; ++r) {
+    check_tensor(inputs[size_t(r)], false);
+    check_tensor(outputs[size_t(r)], false);
+    DQ_CHECK(inputs[size_t(r)].scalar_type() == inputs[0].scalar_type() &&
+                 inputs[size_t(r)].numel() == inputs[0].numel() &&
+                 outputs[size_t(r)].scalar_type() == inputs[0].scalar_type(),
+             "dynamiq.simulate: all tensors must have the same dtype and size");
+    if (k == Collective::kReduceScatter)
+      DQ_CHECK(outputs[size_t(r)].numel() * n == inputs[0].numel(), "dynamiq.simulate: output is not one shard");
+  }
+  std::vector<CallStats> stats(static_cast<size_t>(n));
+  {
+    py::gil_scoped_release no_gil;
+    InprocWorld world(n, std::chrono::milliseconds(int64_t(timeout_s * 1000)));
+    world.run([&](int r, Transport& tr) {
+      CallArgs a;
+      a.kind = k;
+      a.data = inputs[size_t(r)].data_ptr();
+      a.output = k == Collective::kReduceScatter ? outputs[size_t(r)].data_ptr() : nullptr;
+      a.dtype = to_dtype(inputs[size_t(r)]);
+      a.numel = inputs[size_t(r)].numel();
+      a.op = to_op(op);
+      a.seq = seq;
+      PlanState ps;
+      a.plan_state = &ps;
+      stats[size_t(r)] = collective(tr, cfg, a);
     });
   }
   py::list out;
@@ -273,6 +358,23 @@ PYBIND11_MODULE(_C, m) {
         py::arg("device") = "cpu",
         "In-place all-reduce of a contiguous tensor (CPU with Gloo; CUDA with NCCL in a CUDA "
         "build) over the named process group. Releases the GIL. Returns the per-call statistics.");
+  m.def("sharded", &run_sharded, py::arg("kind"), py::arg("tensors"), py::arg("group_name"), py::arg("config"),
+        py::arg("op"), py::arg("seq"), py::arg("u") = py::none(), py::arg("local_error") = 0,
+        py::arg("device") = "cpu", py::arg("caller_numel") = -1,
+        "A reduce-scatter (kind 1; tensors = (input, output)) or all-gather (kind 2; tensors = "
+        "(buffer, buffer), this rank's shard filled in) over the named process group; shards "
+        "already padded to padded_shard. Releases the GIL. Returns the per-call statistics.");
+  m.def(
+      "padded_shard",
+      [](const CollectiveConfig& c, int kind, int world, int64_t shard) {
+        return padded_shard(c, to_kind(kind), world, shard);
+      },
+      py::arg("config"), py::arg("kind"), py::arg("world"), py::arg("shard"),
+      "The shard size a reduce-scatter (kind 1) or all-gather (kind 2) runs with: the shard "
+      "itself, or the size to zero-pad each shard to so that the plan cuts at the shards.");
+  m.def("simulate_sharded", &run_simulate_sharded, py::arg("kind"), py::arg("inputs"), py::arg("outputs"),
+        py::arg("config"), py::arg("op"), py::arg("seq"), py::arg("timeout_s") = 300.0,
+        "simulate() of a reduce-scatter or all-gather over an in-process transport.");
   m.def("simulate", &run_simulate, py::arg("tensors"), py::arg("config"), py::arg("op"),
         py::arg("seq"), py::arg("timeout_s") = 300.0,
         "Runs the same collective over an in-process transport, one tensor per simulated "

@@ -20,6 +20,7 @@ class BitsplitScheme final : public Scheme {
         numel > 0 ? 8.0 * double(p.wire_offset.back()) / double(numel) : 0.0;
     return p;
   }
+  int64_t shard_multiple() const override { return codec_.unit(); }
 
  private:
   BitsplitCodec codec_;

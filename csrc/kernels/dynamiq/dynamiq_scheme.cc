@@ -70,6 +70,21 @@ class DynamiqScheme final : public Scheme {
   }
   Plan make_plan(DType dtype, int64_t numel, int num_chunks, int world, const float* global_stats,
                  PlanState& state, PlanInfo& info) const override {
+    return plan_with(SgLayout::kBalancedByWidth, dtype, numel, num_chunks, world, global_stats, state, info);
+  }
+  int64_t shard_multiple() const override { return alloc_.format.S; }
+  // Statistics and allocation over the whole bucket, as for the all-reduce;
+  // the wire order reorders by width within each shard only (SgLayout::kShards).
+  Plan make_shard_plan(DType dtype, int64_t numel, int shards, int world, const float* global_stats,
+                       PlanState& state, PlanInfo& info) const override {
+    DQ_CHECK(shards >= 1 && numel % (int64_t(shards) * alloc_.format.S) == 0,
+             "dynamiq: a reduce-scatter's shards must be whole super-groups (dynamiq.padded_shard)");
+    return plan_with(SgLayout::kShards, dtype, numel, shards, world, global_stats, state, info);
+  }
+
+ private:
+  Plan plan_with(SgLayout layout, DType dtype, int64_t numel, int num_chunks, int world, const float* global_stats,
+                 PlanState& state, PlanInfo& info) const {
     DQ_CHECK(global_stats != nullptr, "dynamiq: planning needs the all-reduced statistics");
     AllocState as;
     as.has_u = state.has_u;
@@ -77,8 +92,7 @@ class DynamiqScheme final : public Scheme {
     as.step = state.step;
     AllocResult res;
     // stats are [mean, sum of squares] per super-group: the allocator reads every second float.
-    Plan plan = make_dynamiq_plan(dtype, numel, global_stats + 1, 2, alloc_, as, num_chunks,
-                                  SgLayout::kBalancedByWidth, &res);
+    Plan plan = make_dynamiq_plan(dtype, numel, global_stats + 1, 2, alloc_, as, num_chunks, layout, &res);
     state.has_u = as.has_u;
     state.u = as.u;
     state.step = as.step;
@@ -94,7 +108,6 @@ class DynamiqScheme final : public Scheme {
     return plan;
   }
 
- private:
   DynamiqCodec codec_;
   AllocParams alloc_;
 };

@@ -6,6 +6,7 @@
 // codec the upper bound of a block (CallStats::bytes_sent has what was sent).
 #pragma once
 
+#include <string>
 #include <utility>
 
 #include "kernels/identity/identity_codec.h"
@@ -24,6 +25,17 @@ class IdentityPlanScheme : public Scheme {
                  PlanInfo& info) const override {
     info.bits_per_coord = 8.0 * dtype_size(dtype);
     return make_identity_plan(dtype, numel, num_chunks);
+  }
+  // Reduce-scatter and all-gather: any unit works for an identity plan, so
+  // one that divides the shard (identity_shard_unit).
+  Plan make_shard_plan(DType dtype, int64_t numel, int shards, int, const float*, PlanState&,
+                       PlanInfo& info) const override {
+    DQ_CHECK(shards >= 1 && numel % shards == 0, "shard plan: the bucket does not split into equal shards");
+    const int64_t unit = identity_shard_unit(numel / shards);
+    DQ_CHECK(unit > 0, "shard plan: shards of " + std::to_string(numel / shards) +
+                           " elements must be padded first (padded_shard)");
+    info.bits_per_coord = 8.0 * dtype_size(dtype);
+    return make_identity_plan(dtype, numel, shards, int32_t(unit));
   }
 
  private:

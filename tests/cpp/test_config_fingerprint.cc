@@ -1,0 +1,114 @@
+// CollectiveConfig::fingerprint, the value ranks compare in the header exchange, changes with
+// every field that changes what goes on the wire (issue 35, item 5: the C++ test varied only
+// `seed`, so a fingerprint that ignored `bits` passed it). Each field is changed alone, to a
+// value a user could pass, and every fingerprint must differ from the default's and from each
+// other's; window_bytes (rank-local receive buffering) must not change it. A field added to
+// the struct without a line here fails the size check below, so it is not forgotten.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "hook/collective/collective.h"
+#include "hook/collective/config.h"
+#include "hook/transport/inproc_transport.h"
+
+namespace dynamiq {
+namespace {
+
+struct Variant {
+  std::string field;
+  std::function<void(CollectiveConfig&)> change;
+};
+
+std::vector<Variant> variants() {
+  return {
+      {"mode", [](CollectiveConfig& c) { c.mode = Mode::kDynamiq; }},
+      {"mode lossless", [](CollectiveConfig& c) { c.mode = Mode::kLossless; }},
+      {"mode bitsplit", [](CollectiveConfig& c) { c.mode = Mode::kBitsplit; }},
+      {"topology", [](CollectiveConfig& c) { c.topology = Topology::kButterfly; }},
+      {"topology twostep", [](CollectiveConfig& c) { c.topology = Topology::kTwoStep; }},
+      {"seed", [](CollectiveConfig& c) { c.seed = 1; }},
+      {"seed high bits", [](CollectiveConfig& c) { c.seed = uint64_t(1) << 63; }},
+      {"bits", [](CollectiveConfig& c) { c.bits = 4.0; }},
+      {"bits by one ulp", [](CollectiveConfig& c) { c.bits = std::nextafter(5.0, 6.0); }},
+      {"widths_mask", [](CollectiveConfig& c) { c.widths_mask |= 1u << 1; }},
+      {"exact_allocator", [](CollectiveConfig& c) { c.exact_allocator = !c.exact_allocator; }},
+      {"correlated", [](CollectiveConfig& c) { c.correlated = !c.correlated; }},
+      {"stochastic", [](CollectiveConfig& c) { c.stochastic = !c.stochastic; }},
+      {"group_size", [](CollectiveConfig& c) { c.group_size = 32; }},
+      {"supergroup_size", [](CollectiveConfig& c) { c.supergroup_size = 512; }},
+      {"spike_reserve", [](CollectiveConfig& c) { c.spike_reserve = 1; }},
+      {"log_scales", [](CollectiveConfig& c) { c.log_scales = !c.log_scales; }},
+      {"eps[0]", [](CollectiveConfig& c) { c.eps[0] = 0.1f; }},
+      {"eps[1]", [](CollectiveConfig& c) { c.eps[1] = 0.1f; }},
+      {"eps[2]", [](CollectiveConfig& c) { c.eps[2] = 0.25f; }},
+      {"eps[3]", [](CollectiveConfig& c) { c.eps[3] = 0.05f; }},
+      {"uniform_levels", [](CollectiveConfig& c) { c.uniform_levels = !c.uniform_levels; }},
+      {"hierarchical_scales", [](CollectiveConfig& c) { c.hierarchical_scales = !c.hierarchical_scales; }},
+      {"block_bytes", [](CollectiveConfig& c) { c.block_bytes = 65536; }},
+      {"min_compress_numel", [](CollectiveConfig& c) { c.min_compress_numel = 1024; }},
+      {"max_collective_bytes", [](CollectiveConfig& c) { c.max_collective_bytes = int64_t(64) << 20; }},
+      {"max_collective_bytes 0 (never split)", [](CollectiveConfig& c) { c.max_collective_bytes = 0; }},
+  };
+}
+
+TEST(ConfigFingerprint, EveryWireFieldChangesIt) {
+  const CollectiveConfig base;
+  std::map<uint64_t, std::string> seen{{base.fingerprint(), "default"}};
+  for (const Variant& v : variants()) {
+    CollectiveConfig c;
+    v.change(c);
+    const uint64_t f = c.fingerprint();
+    const auto [it, fresh] = seen.emplace(f, v.field);
+    EXPECT_TRUE(fresh) << v.field << " gives the fingerprint of " << it->second;
+    EXPECT_EQ(c.fingerprint(), f) << v.field << ": not deterministic";
+  }
+}
+
+TEST(ConfigFingerprint, RankLocalWindowDoesNotChangeIt) {
+  CollectiveConfig c;
+  const uint64_t f = c.fingerprint();
+  c.window_bytes = 1 << 10;
+  EXPECT_EQ(c.fingerprint(), f);
+}
+
+// Every field of the struct is one of the variants above or window_bytes. On LP64 (x86-64,
+// aarch64) the struct is 104 bytes; a new field changes that: add it to the fingerprint (or
+// say why not, as for window_bytes) and to variants(), then update the size here.
+TEST(ConfigFingerprint, NoFieldIsForgotten) {
+  EXPECT_EQ(sizeof(CollectiveConfig), 104u)
+      << "CollectiveConfig changed: fingerprint the new field and add it to this test's variants";
+}
+
+// End to end: ranks whose configs differ only in `bits` refuse to run together (same
+// error on every rank), which a fingerprint ignoring `bits` would let through to decode
+// each other's messages with different plans.
+TEST(ConfigFingerprint, RanksDisagreeingOnBitsRaiseOnEveryRank) {
+  InprocWorld world(3, std::chrono::seconds(10));
+  std::vector<std::string> errors(3);
+  world.run([&](int r, Transport& t) {
+    CollectiveConfig c;
+    c.mode = Mode::kDynamiq;
+    c.bits = r == 2 ? 4.0 : 5.0;
+    std::vector<float> x(8192, 1.0f);
+    CallArgs a;
+    a.data = x.data();
+    a.numel = int64_t(x.size());
+    try {
+      all_reduce(t, c, a);
+    } catch (const Error& e) {
+      errors[size_t(r)] = e.what();
+    }
+  });
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_NE(errors[size_t(r)].find("ranks disagree on config fingerprint"), std::string::npos) << errors[size_t(r)];
+    EXPECT_EQ(errors[size_t(r)], errors[0]);
+  }
+}
+
+}  // namespace
+}  // namespace dynamiq
