@@ -32,6 +32,7 @@
 #include "hook/collective/config.h"
 #include "hook/collective/schedule.h"
 #include "kernels/scheme.h"
+#include "kernels/registry.h"
 
 using namespace dynamiq;
 
@@ -291,14 +292,14 @@ int main(int argc, char** argv) {
               (long long)numel);
   std::vector<std::pair<std::string, CollectiveConfig>> modes;
   CollectiveConfig c;
-  c.mode = Mode::kDynamiq;
+  c.mode = mode_id("dynamiq");
   modes.push_back({"dynamiq, bits 5 (correlated rounding)", c});
   c.correlated = false;
   modes.push_back({"dynamiq, bits 5, independent rounding", c});
   c = CollectiveConfig{};
-  c.mode = Mode::kLossless;
+  c.mode = mode_id("lossless");
   modes.push_back({"lossless", c});
-  c.mode = Mode::kBitsplit;
+  c.mode = mode_id("bitsplit");
   c.bits = 4;
   modes.push_back({"bitsplit, bits 4", c});
   c = CollectiveConfig{};

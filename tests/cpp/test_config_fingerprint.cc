@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/registry.h"
 #include "hook/collective/collective.h"
 #include "hook/collective/config.h"
 #include "hook/transport/inproc_transport.h"
@@ -26,9 +27,9 @@ struct Variant {
 
 std::vector<Variant> variants() {
   return {
-      {"mode", [](CollectiveConfig& c) { c.mode = Mode::kDynamiq; }},
-      {"mode lossless", [](CollectiveConfig& c) { c.mode = Mode::kLossless; }},
-      {"mode bitsplit", [](CollectiveConfig& c) { c.mode = Mode::kBitsplit; }},
+      {"mode", [](CollectiveConfig& c) { c.mode = mode_id("dynamiq"); }},
+      {"mode lossless", [](CollectiveConfig& c) { c.mode = mode_id("lossless"); }},
+      {"mode bitsplit", [](CollectiveConfig& c) { c.mode = mode_id("bitsplit"); }},
       {"topology", [](CollectiveConfig& c) { c.topology = Topology::kButterfly; }},
       {"topology twostep", [](CollectiveConfig& c) { c.topology = Topology::kTwoStep; }},
       {"seed", [](CollectiveConfig& c) { c.seed = 1; }},
@@ -92,7 +93,7 @@ TEST(ConfigFingerprint, RanksDisagreeingOnBitsRaiseOnEveryRank) {
   std::vector<std::string> errors(3);
   world.run([&](int r, Transport& t) {
     CollectiveConfig c;
-    c.mode = Mode::kDynamiq;
+    c.mode = mode_id("dynamiq");
     c.bits = r == 2 ? 4.0 : 5.0;
     std::vector<float> x(8192, 1.0f);
     CallArgs a;

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/registry.h"
 #include "hook/collective/collective.h"
 #include "hook/transport/fault_transport.h"
 #include "hook/transport/inproc_transport.h"
@@ -47,7 +48,7 @@ bool raised(End e) { return e == End::kMalformed || e == End::kTransport || e ==
 enum class Wire { kExact, kGloo, kNccl };  // receive sizes exact; shorter accepted; posting order
 
 struct Scenario {
-  Mode mode = Mode::kNone;
+  Mode mode = kModeNone;
   int world = 3;
   Topology topo = Topology::kRing;
   Wire wire = Wire::kExact;
@@ -204,7 +205,7 @@ std::string name_of(const Scenario& sc) {
 
 std::vector<Scenario> scenarios() {
   std::vector<Scenario> v;
-  for (Mode m : {Mode::kNone, Mode::kDynamiq, Mode::kLossless, Mode::kBitsplit})
+  for (Mode m : {kModeNone, mode_id("dynamiq"), mode_id("lossless"), mode_id("bitsplit")})
     for (Wire w : {Wire::kExact, Wire::kGloo, Wire::kNccl}) {
       Scenario s;
       s.mode = m;
@@ -235,7 +236,7 @@ void expect_all_raise_none_wrong(const Scenario& sc, const Result& r, const std:
 TEST(Faults, DroppedMessageRaisesTransportErrorOnEveryRank) {
   for (Scenario sc : scenarios()) {
     // each case waits out the timeout: every mode on exact sizes, DynamiQ on the other wires
-    if (sc.wire != Wire::kExact && sc.mode != Mode::kDynamiq) continue;
+    if (sc.wire != Wire::kExact && sc.mode != mode_id("dynamiq")) continue;
     sc.timeout = std::chrono::milliseconds(1000);
     const Reference ref = reference(sc);
     const int64_t m = ref.sends[1];
@@ -282,7 +283,7 @@ TEST(Faults, ClosedConnectionRaisesTransportErrorOnEveryRank) {
 
 // A slow peer within the timeout changes nothing but the time; past it, every rank raises.
 TEST(Faults, DelayedPeerWithinTimeoutGivesTheSameBits) {
-  for (Mode m : {Mode::kNone, Mode::kDynamiq, Mode::kLossless, Mode::kBitsplit}) {
+  for (Mode m : {kModeNone, mode_id("dynamiq"), mode_id("lossless"), mode_id("bitsplit")}) {
     Scenario sc;
     sc.mode = m;
     sc.timeout = std::chrono::milliseconds(3000);
@@ -300,7 +301,7 @@ TEST(Faults, DelayedPeerWithinTimeoutGivesTheSameBits) {
 
 TEST(Faults, DelayedPeerPastTimeoutRaisesTransportErrorOnEveryRank) {
   Scenario sc;
-  sc.mode = Mode::kDynamiq;
+  sc.mode = mode_id("dynamiq");
   sc.timeout = std::chrono::milliseconds(500);
   const Reference ref = reference(sc);
   FaultSpec f;
@@ -361,7 +362,7 @@ TEST(Faults, TruncatedMessageRaisesWhereSizesMustMatch) {
         for (size_t k = 0; k < r.ends.size(); ++k)
           for (End e : r.ends[k]) EXPECT_NE(e, End::kOtherError) << what << ": " << r.describe();
         std::printf("[ truncate ] %s: %s\n", what.c_str(), r.describe().c_str());
-        if (sc.mode == Mode::kLossless) {
+        if (sc.mode == mode_id("lossless")) {
           // 5 bytes cannot hold the 16-byte header: the receiver raises
           EXPECT_GE(r.count(End::kMalformed, 0), 1) << what << ": " << r.describe();
         }
@@ -403,7 +404,7 @@ TEST(Faults, DuplicatedMessageLeavesItsCollectiveCorrect) {
 // the receiver. The outcomes per mode (detected, silently wrong, no effect) are counted and
 // printed for docs/reliability.md.
 TEST(Faults, BitFlipsEndCleanlyAndLosslessHeadersAreAlwaysCaught) {
-  for (Mode m : {Mode::kNone, Mode::kDynamiq, Mode::kLossless, Mode::kBitsplit}) {
+  for (Mode m : {kModeNone, mode_id("dynamiq"), mode_id("lossless"), mode_id("bitsplit")}) {
     Scenario sc;
     sc.mode = m;
     const Reference ref = reference(sc);
@@ -439,7 +440,7 @@ TEST(Faults, BitFlipsEndCleanlyAndLosslessHeadersAreAlwaysCaught) {
         if (wr > 0) worst = std::max(worst, r.max_rel_error);
         // second collective: untouched by the flip (or not run after a failure)
         for (size_t k = 0; k < r.ends.size(); ++k) EXPECT_NE(r.ends[k][1], End::kWrong) << what << ": " << r.describe();
-        if (m == Mode::kLossless && uint64_t(f.bit) % (8 * r.faulted_bytes) < 8 * 16) {
+        if (m == mode_id("lossless") && uint64_t(f.bit) % (8 * r.faulted_bytes) < 8 * 16) {
           EXPECT_GE(r.count(End::kMalformed, 0), 1) << what << " (in the header): " << r.describe();
           EXPECT_EQ(r.count(End::kWrong, 0), 0) << what << ": " << r.describe();
         }
@@ -456,7 +457,7 @@ TEST(Faults, BitFlipsEndCleanlyAndLosslessHeadersAreAlwaysCaught) {
 // every rank completes with the fault-free bits (a flip that sets the non-finite count sends
 // the bucket exactly, which the exact modes' results do not notice). Never a split verdict.
 TEST(Faults, HeaderBitFlipsGiveTheSameVerdictOnEveryRank) {
-  for (Mode m : {Mode::kNone, Mode::kDynamiq}) {
+  for (Mode m : {kModeNone, mode_id("dynamiq")}) {
     Scenario sc;
     sc.mode = m;
     const Reference ref = reference(sc);
@@ -480,7 +481,7 @@ TEST(Faults, HeaderBitFlipsGiveTheSameVerdictOnEveryRank) {
         // the same path on every rank: bit-identical replicas; for mode none also the
         // fault-free bits (DynamiQ may have taken the exact path: a flipped non-finite count)
         for (size_t k = 1; k < r.first.size(); ++k) EXPECT_EQ(r.first[k], r.first[0]) << what;
-        if (m == Mode::kNone) EXPECT_EQ(r.count(End::kCorrect, 0), sc.world) << what << ": " << r.describe();
+        if (m == kModeNone) EXPECT_EQ(r.count(End::kCorrect, 0), sc.world) << what << ": " << r.describe();
         else if (r.count(End::kWrong, 0) > 0) ++exact_path;
       }
     }

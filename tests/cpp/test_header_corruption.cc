@@ -57,9 +57,9 @@ std::vector<std::string> run(size_t at, int64_t s, int64_t q) {
   return errors;
 }
 
-// Layout (collective.cc): [count, nonfinite, 7 input-error counts], then per field (mode
-// first) and per 16-bit piece the pair (sum v, sum v^2): the mode's first pair is at 9.
-constexpr size_t kModePiece0 = 9;
+// Layout (header_exchange.cc): [count, nonfinite, kNumInputErrors input-error counts], then
+// per field (mode first) and per 16-bit piece the pair (sum v, sum v^2).
+constexpr size_t kModePiece0 = 2 + kNumInputErrors;
 
 TEST(HeaderCorruption, OverflowingSumsAreADisagreementOnEveryRank) {
   for (const auto& [s, q] : std::vector<std::pair<int64_t, int64_t>>{

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/registry.h"
 #include "alloc/dynamiq_layout.h"
 #include "hook/collective/config.h"
 #include "kernels/dynamiq/dynamiq_stats.h"
@@ -72,7 +73,7 @@ TEST(LayoutOrder, SchemePlansAreWidestFirst) {
     for (bool hierarchical : {true, false})
       for (int world : {2, 3, 8}) {
         CollectiveConfig cfg;
-        cfg.mode = Mode::kDynamiq;
+        cfg.mode = mode_id("dynamiq");
         cfg.widths_mask = widths;
         cfg.hierarchical_scales = hierarchical;
         cfg.bits = 6.0;

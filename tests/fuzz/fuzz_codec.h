@@ -37,6 +37,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/registry.h"
 #include "fuzz_util.h"
 #include "hook/collective/config.h"
 #include "hook/collective/schedule.h"
@@ -51,7 +52,7 @@ constexpr size_t kCodecPrefix = 24;
 enum class RecvRole : uint8_t { kDecompress = 0, kAccumulateBucket = 1, kAccumulateAcc = 2, kFusedHop = 3 };
 
 struct CodecCase {
-  Mode mode = Mode::kNone;
+  Mode mode = kModeNone;
   RecvRole role = RecvRole::kDecompress;
   bool mean = false, fix_size = false, fix_crc = false;
   DType dtype = DType::kF32;
@@ -112,7 +113,7 @@ inline CollectiveConfig config_of(const CodecCase& c) {
   cfg.mode = c.mode;
   cfg.seed = c.seed;
   const uint8_t* p = c.mode_params;
-  if (c.mode == Mode::kDynamiq) {
+  if (c.mode == mode_id("dynamiq")) {
     cfg.bits = 1.5 + p[0] / 16.0;
     static const int kW[5] = {1, 2, 4, 8, 16};
     uint32_t mask = 0;
@@ -131,7 +132,7 @@ inline CollectiveConfig config_of(const CodecCase& c) {
       cfg.eps[2] = p[4] / 256.0f;
       cfg.eps[3] = p[5] / 256.0f;
     }
-  } else if (c.mode == Mode::kBitsplit) {
+  } else if (c.mode == mode_id("bitsplit")) {
     cfg.bits = 2 + p[0] % 7;
     static const int kG[6] = {0, 32, 64, 96, 128, 256};
     cfg.group_size = kG[p[1] % 6];
@@ -274,7 +275,7 @@ inline int run_codec_case(Mode mode, const uint8_t* data, size_t size) {
 
   std::vector<uint8_t> raw(in.rest, in.rest + in.rest_bytes);
   if (c.fix_size) raw.resize(expected_size(s, raw.data(), raw.size()), 0);
-  if (c.fix_crc && mode == Mode::kLossless && raw.size() >= size_t(lossless::kHeaderBytes)) {
+  if (c.fix_crc && mode == mode_id("lossless") && raw.size() >= size_t(lossless::kHeaderBytes)) {
     const uint16_t crc = lossless::crc16(raw.data(), lossless::kHeaderBytes - 2);
     std::memcpy(raw.data() + lossless::kHeaderBytes - 2, &crc, 2);
   }

@@ -22,6 +22,7 @@
 #include <cstring>
 #include <vector>
 
+#include "kernels/registry.h"
 #include "alloc/dynamiq_alloc.h"
 #include "fuzz_codec.h"
 
@@ -30,7 +31,7 @@ using namespace dqfuzz;
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   Input<32> in(data, size);
   CodecCase c;
-  c.mode = Mode::kDynamiq;
+  c.mode = mode_id("dynamiq");
   std::memcpy(c.mode_params, in.p, 8);
   CollectiveConfig cfg = config_of(c);
   const std::shared_ptr<const Scheme> scheme = cached_scheme(cfg);

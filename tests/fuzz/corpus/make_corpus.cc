@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/registry.h"
 #include "fuzz_codec.h"
 #include "hook/collective/collective.h"
 #include "hook/transport/inproc_transport.h"
@@ -43,7 +44,7 @@ void write_seed(const std::string& target, const std::vector<uint8_t>& bytes) {
 // ---- codecs ------------------------------------------------------------------------------
 
 std::vector<std::array<uint8_t, 8>> mode_variants(Mode m) {
-  if (m == Mode::kDynamiq)
+  if (m == mode_id("dynamiq"))
     return {
         {56, 0, 0, 0, 0, 0, 0, 0},          // bits 5, widths {2,4,8}, S 256, s 16
         {24, 0, 0, 0, 0, 0, 0, 0},          // bits 3
@@ -57,7 +58,7 @@ std::vector<std::array<uint8_t, 8>> mode_variants(Mode m) {
         {56, 0, 2 + 4 * 3, 0, 0, 0, 0, 0},  // s 32, S 512
         {250, 0x10, 3 + 4 * 2, 0, 0, 0, 0, 0},  // width 16 only, s 64, S 128
     };
-  if (m == Mode::kBitsplit) {
+  if (m == mode_id("bitsplit")) {
     std::vector<std::array<uint8_t, 8>> v;
     for (int b = 0; b < 7; ++b) v.push_back({uint8_t(b), 0, 0, 0, 0, 0, 0, 0});  // bits 2..8, defaults
     v.push_back({2, 5, 2, 0, 0, 0, 0, 0});  // 4 bits, group 256, spikes on
@@ -79,7 +80,7 @@ void codec_seeds(Mode m, const std::string& target) {
     c.role = RecvRole(i % 4);
     c.mean = (i / 4) % 2;
     c.fix_size = (i / 3) % 2;
-    c.fix_crc = m == Mode::kLossless && (i / 5) % 2;
+    c.fix_crc = m == mode_id("lossless") && (i / 5) % 2;
     c.dtype = DType(i % 3);
     c.style = (i / 7) % 3;
     c.numel = kNumel[(i * 5) % 9];
@@ -169,14 +170,14 @@ void lossless_seeds() {
 // ---- plans ---------------------------------------------------------------------------------
 
 void plan_seeds() {
-  const auto variants = mode_variants(Mode::kDynamiq);
+  const auto variants = mode_variants(mode_id("dynamiq"));
   static const int64_t kNumel[] = {1, 256, 1000, 4096, 19999};
   int i = 0;
   for (const auto& v : variants)
     for (int64_t numel : kNumel) {
       ++i;
       CodecCase c;
-      c.mode = Mode::kDynamiq;
+      c.mode = mode_id("dynamiq");
       std::memcpy(c.mode_params, v.data(), 8);
       const CollectiveConfig cfg = config_of(c);
       std::unique_ptr<Scheme> sc;
@@ -337,10 +338,10 @@ int main(int argc, char** argv) {
     return 2;
   }
   g_out = argv[1];
-  codec_seeds(Mode::kDynamiq, "fuzz_codec_dynamiq");
-  codec_seeds(Mode::kLossless, "fuzz_codec_lossless");
-  codec_seeds(Mode::kBitsplit, "fuzz_codec_bitsplit");
-  codec_seeds(Mode::kNone, "fuzz_codec_identity");
+  codec_seeds(mode_id("dynamiq"), "fuzz_codec_dynamiq");
+  codec_seeds(mode_id("lossless"), "fuzz_codec_lossless");
+  codec_seeds(mode_id("bitsplit"), "fuzz_codec_bitsplit");
+  codec_seeds(kModeNone, "fuzz_codec_identity");
   lossless_seeds();
   plan_seeds();
   collective_seeds();
