@@ -20,6 +20,17 @@ double secs(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
 
+// A driver phase [t0, t1] of slice `slice`, when the call records a timeline.
+void phase(Timeline* tl, const char* name, uint32_t slice, Clock::time_point t0, Clock::time_point t1) {
+  if (!tl) return;
+  TimelineEvent e;
+  e.name = name;
+  e.slice = int32_t(slice);
+  e.t_post = e.t_start = std::chrono::duration<double>(t0.time_since_epoch()).count();
+  e.t_end = std::chrono::duration<double>(t1.time_since_epoch()).count();
+  tl->events.push_back(e);
+}
+
 // Where a collective's decompressed results go (Output::bucket: element e of
 // the bucket at bucket + e). A reduce-scatter's output holds only this rank's
 // shard, chunk `rank`: the base is set back by that many elements (the codecs
@@ -35,7 +46,8 @@ void* output_base(Collective kind, void* data, void* output, int64_t numel, DTyp
 // number of blocks.
 int64_t run_exact(Transport& tr, Topology topo, void* data, DType dtype, int64_t numel, ReduceOp op,
                   int64_t block_bytes, int64_t window_bytes, ExecStats& st, const Device* device = nullptr,
-                  Collective kind = Collective::kAllReduce, void* output = nullptr) {
+                  Collective kind = Collective::kAllReduce, void* output = nullptr, Timeline* tl = nullptr,
+                  int32_t slice = 0, const char* part = "data") {
   const int n = tr.size();
   IdentityCodec host_codec;
   const std::unique_ptr<Codec> device_codec = device ? make_device_codec(kModeNone, host_codec, *device) : nullptr;
@@ -55,6 +67,9 @@ int64_t run_exact(Transport& tr, Topology topo, void* data, DType dtype, int64_t
   ea.out.divisor = op == ReduceOp::kMean ? float(n) : 1.0f;
   ea.window_bytes = window_bytes;
   ea.memory = device ? &device->memory() : nullptr;
+  ea.timeline = tl;
+  ea.timeline_slice = slice;
+  ea.timeline_part = part;
   execute(tr, codec, plan, bt, prog, ea, st);
   return int64_t(bt.blocks.size());
 }
@@ -63,10 +78,11 @@ int64_t run_exact(Transport& tr, Topology topo, void* data, DType dtype, int64_t
 
 void all_reduce_exact_f32(Transport& tr, Topology topo, float* data, int64_t count,
                           int64_t block_bytes, int64_t window_bytes, int64_t* bytes_sent,
-                          const Device* device) {
+                          const Device* device, Timeline* timeline, int32_t slice) {
   ExecStats es;
   if (!device) {
-    run_exact(tr, topo, data, DType::kF32, count, ReduceOp::kSum, block_bytes, window_bytes, es);
+    run_exact(tr, topo, data, DType::kF32, count, ReduceOp::kSum, block_bytes, window_bytes, es, nullptr,
+              Collective::kAllReduce, nullptr, timeline, slice, "meta");
     if (bytes_sent) *bytes_sent += es.bytes_sent;
     return;
   }
@@ -77,7 +93,8 @@ void all_reduce_exact_f32(Transport& tr, Topology topo, float* data, int64_t cou
   std::unique_ptr<void, decltype(release)> d(mem.allocate(bytes), release);
   mem.from_host(d.get(), data, bytes);
   try {
-    run_exact(tr, topo, d.get(), DType::kF32, count, ReduceOp::kSum, block_bytes, window_bytes, es, device);
+    run_exact(tr, topo, d.get(), DType::kF32, count, ReduceOp::kSum, block_bytes, window_bytes, es, device,
+              Collective::kAllReduce, nullptr, timeline, slice, "meta");
   } catch (...) {
     keep_forever(d.release());  // receives may still write there: never freed
     throw;
@@ -191,13 +208,16 @@ struct Layout {
 };
 
 Layout plan_compressed(Transport& tr, const CollectiveConfig& cfg, const CallArgs& a, const Scheme& scheme,
-                       std::vector<float>& stats, CallStats& cs) {
+                       std::vector<float>& stats, CallStats& cs, uint32_t slice) {
   const int n = tr.size();
   auto t0 = Clock::now();
   if (!stats.empty())
     all_reduce_exact_f32(tr, metadata_topology(cfg.topology, n), stats.data(), int64_t(stats.size()),
-                         cfg.exact_block_bytes(), cfg.window_bytes, &cs.meta_bytes_sent, a.device);
-  cs.t_meta = secs(t0, Clock::now());
+                         cfg.exact_block_bytes(), cfg.window_bytes, &cs.meta_bytes_sent, a.device, a.timeline,
+                         int32_t(slice));
+  const auto t_meta_end = Clock::now();
+  cs.t_meta = secs(t0, t_meta_end);
+  phase(a.timeline, "meta", slice, t0, t_meta_end);
 
   t0 = Clock::now();
   PlanState local_state;
@@ -210,7 +230,9 @@ Layout plan_compressed(Transport& tr, const CollectiveConfig& cfg, const CallArg
                : scheme.make_shard_plan(a.dtype, a.numel, n, n, global, ps, info);
   l.bt = make_blocks(l.plan, cfg.compressed_block_bytes());
   l.prog = make_program(cfg.topology, tr.rank(), n, l.bt, a.kind);
-  cs.t_plan = secs(t0, Clock::now());
+  const auto t1 = Clock::now();
+  cs.t_plan = secs(t0, t1);
+  phase(a.timeline, "plan", slice, t0, t1);
   cs.bits_per_coord = info.bits_per_coord;
   for (int i = 0; i < 5; ++i) cs.width_units[i] = info.width_units[i];
   cs.alloc_passes = info.alloc_passes;
@@ -238,6 +260,8 @@ ExecArgs compressed_exec_args(Transport& tr, const CollectiveConfig& cfg, const 
   ea.rng.correlated = cfg.correlated;
   ea.rng.stochastic = cfg.stochastic;
   ea.memory = a.device ? &a.device->memory() : nullptr;
+  ea.timeline = a.timeline;
+  ea.timeline_slice = int32_t(slice);
   return ea;
 }
 
@@ -250,6 +274,10 @@ CallStats all_reduce_one(Transport& tr, const CollectiveConfig& cfg, const CallA
   const auto t_start = Clock::now();
   CallStats cs;
   cs.numel = a.numel;
+  if (a.timeline) {
+    a.timeline->rank = tr.rank();
+    a.timeline->world = tr.size();
+  }
   // A null bucket is reported like any bad input: in the header exchange, so
   // that the peers raise with this rank instead of waiting for it.
   const int n = tr.size();
@@ -266,13 +294,17 @@ CallStats all_reduce_one(Transport& tr, const CollectiveConfig& cfg, const CallA
   auto t0 = Clock::now();
   LocalPass pass;
   if (ok_input && ok_config && !setup.scheme->identity()) pass = run_local_pass(*setup.scheme, a);
-  cs.t_local = secs(t0, Clock::now());
+  auto t1 = Clock::now();
+  cs.t_local = secs(t0, t1);
+  phase(a.timeline, "local", slice, t0, t1);
 
   t0 = Clock::now();
   const HeaderVerdict hdr = exchange_header(
       tr, collective_header_fields(cfg, a, slice),
       {pass.nonfinite, local_error, !ok_config, pass.error != nullptr, a.kind});
-  cs.t_header = secs(t0, Clock::now());
+  t1 = Clock::now();
+  cs.t_header = secs(t0, t1);
+  phase(a.timeline, "header", slice, t0, t1);
   if (!ok_config) throw Error(setup.config_error);  // the detailed error; peers raise hdr.error
   if (pass.error) std::rethrow_exception(pass.error);
   if (null_data)
@@ -291,15 +323,19 @@ CallStats all_reduce_one(Transport& tr, const CollectiveConfig& cfg, const CallA
     cs.path = Path::kExactNonfinite;
   if (cs.path != Path::kCompressed) {
     cs.bits_per_coord = 8.0 * dtype_size(a.dtype);
+    t0 = Clock::now();
     cs.blocks = run_exact(tr, cfg.topology, a.data, a.dtype, a.numel, a.op, cfg.exact_block_bytes(),
-                          cfg.window_bytes, cs, a.device, a.kind, a.output);
+                          cfg.window_bytes, cs, a.device, a.kind, a.output, a.timeline, int32_t(slice));
+    phase(a.timeline, "exact", slice, t0, Clock::now());
     finish(cs, t_start, a);
     return cs;
   }
-  const Layout l = plan_compressed(tr, cfg, a, *setup.scheme, pass.stats, cs);
+  const Layout l = plan_compressed(tr, cfg, a, *setup.scheme, pass.stats, cs, slice);
   if (a.device && !setup.device_codec) setup.device_codec = setup.scheme->device_codec(*a.device);
   const Codec& codec = a.device ? *setup.device_codec : setup.scheme->codec();
+  t0 = Clock::now();
   execute(tr, codec, l.plan, l.bt, l.prog, compressed_exec_args(tr, cfg, a, slice), cs);
+  phase(a.timeline, "execute", slice, t0, Clock::now());
   finish(cs, t_start, a);
   return cs;
 }

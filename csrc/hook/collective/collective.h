@@ -15,6 +15,7 @@
 
 #include "hook/collective/config.h"
 #include "hook/collective/exec_stats.h"
+#include "hook/collective/timeline.h"
 #include "kernels/registry.h"
 #include "hook/transport/transport.h"
 
@@ -74,6 +75,10 @@ struct CallArgs {
   // in the header fingerprint instead of numel, so that ranks whose tensors
   // differ in size are told so even when their padded sizes agree. <0: numel.
   int64_t caller_numel = -1;
+  // Non-null: the call's phases and every kernel, send and receive of its
+  // executor runs are appended there (timeline.h). Not part of the header
+  // fingerprint: ranks may differ, and nothing on the wire changes.
+  Timeline* timeline = nullptr;
 };
 
 // The main all-reduce's executor counts and times, this rank (ExecStats:
@@ -139,7 +144,7 @@ int64_t padded_shard(const CollectiveConfig& cfg, Collective kind, int world, in
 // memory and summed there.
 void all_reduce_exact_f32(Transport& tr, Topology topo, float* data, int64_t count,
                           int64_t block_bytes, int64_t window_bytes, int64_t* bytes_sent,
-                          const Device* device = nullptr);
+                          const Device* device = nullptr, Timeline* timeline = nullptr, int32_t slice = 0);
 
 // The topology of the metadata all-reduce for a collective on `data_topology`:
 // two-step instead of a ring of 4 or more ranks (the statistics are small, so

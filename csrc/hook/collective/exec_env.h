@@ -117,8 +117,7 @@ struct ExecEnv {
     e.peer = o.peer;
     e.tag = tag;
     e.bytes = int64_t(bytes);
-    e.t_post = t0;
-    e.t_start = send ? t0 : 0.0;
+    e.t_post = e.t_start = t0;
     const size_t i = tl->add(e);
     if (ev) *ev = int64_t(i);
     return tl->watch(std::move(r), i, o.peer, send);

@@ -1,6 +1,7 @@
 #include "hook/collective/executor.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <map>
 #include <optional>
 #include <vector>
@@ -82,6 +83,13 @@ std::vector<size_t> last_final_uses(const ExecEnv& env) {
   return last;
 }
 
+int send_ahead_limit(const ExecEnv& env) {
+  if (env.ordered) return 0;  // posting order is matching order there
+  if (env.args.send_ahead >= 0) return env.args.send_ahead;
+  const char* v = std::getenv("DYNAMIQ_SEND_AHEAD");
+  return v && *v ? std::max(0, std::atoi(v)) : 2;
+}
+
 bool any_two_part(const ExecEnv& env) {
   for (const Block& b : env.bt.blocks)
     if (env.codec.max_dynamic_bytes(env.plan, b) > 0) return true;
@@ -99,7 +107,8 @@ class Executor {
   void release_finals(size_t i);
 
   // sends
-  void send(size_t i);
+  void send(size_t i, size_t recvs_upto);
+  void send_ahead(size_t i);
   BufferPool::Ptr message_to_send(const Op& op);
   void post_send(size_t i, const BufferPool::Ptr& buf);
   void post_both_parts(const Op& op, const BufferPool::Ptr& buf, size_t static_bytes);
@@ -142,6 +151,11 @@ class Executor {
   JoinedGroup* posting_joined_ = nullptr;  // the joined group being posted
   std::vector<uint8_t> posted_with_group_;  // ops posted ahead with their joined group
   const bool two_part_;                     // any message with a second part (lossless)
+  // send_ahead: its limit, the ops posted ahead, how many of them the walk has not reached
+  const int send_ahead_limit_;
+  std::vector<uint8_t> sent_ahead_;
+  int ahead_ = 0;
+  std::vector<uint8_t> busy_;  // send_ahead's scratch: blocks with a receive or local op before the send
 };
 
 Executor::Executor(ExecEnv& env)
@@ -156,7 +170,9 @@ Executor::Executor(ExecEnv& env)
       sends_(env),
       joined_of_(env.prog.ops.size(), -1),
       posted_with_group_(env.prog.ops.size(), 0),
-      two_part_(any_two_part(env)) {}
+      two_part_(any_two_part(env)),
+      send_ahead_limit_(send_ahead_limit(env)),
+      sent_ahead_(send_ahead_limit_ > 0 ? env.prog.ops.size() : 0, 0) {}
 
 void Executor::run() {
   try {
@@ -166,7 +182,7 @@ void Executor::run() {
       release_finals(i);
       // Completed sends give their buffers back to the pool now, for the next
       // messages to reuse; at most a window of send buffers stays in flight.
-      if (!sends_.empty()) sends_.reap();
+      if (!sends_.empty()) sends_.reap(i);
     }
     sends_.wait_all();
   } catch (...) {
@@ -189,8 +205,10 @@ void Executor::run_op(size_t i) {
     local_sink(op);
   else if (op.role == Role::kLocalFinal)
     local_final(op);
+  else if (!sent_ahead_.empty() && sent_ahead_[i])
+    --ahead_;
   else if (!posted_with_group_[i])
-    send(i);
+    send(i, i);
 }
 
 void Executor::release_finals(size_t i) {
@@ -201,10 +219,12 @@ void Executor::release_finals(size_t i) {
 // ---- sends -----------------------------------------------------------------------
 
 // A send: receives due soon are posted first (netbed study: with two ranks, a
-// send posted before its peer's receive often serialises on Gloo).
-void Executor::send(size_t i) {
+// send posted before its peer's receive often serialises on Gloo): every one
+// up to op `recvs_upto` (the op itself, or for a send posted ahead the walk's
+// current op), more within the window.
+void Executor::send(size_t i, size_t recvs_upto) {
   const Op& op = env_.op(i);
-  recvs_.post_upto(i);
+  recvs_.post_upto(recvs_upto);
   const uint8_t* view =
       op.role == Role::kSendLeaf ? codec_.wire_view(acc_.local_of(op.block), plan_, env_.block(op)) : nullptr;
   if (view)
@@ -319,7 +339,7 @@ void Executor::post_joined_group(size_t first) {
     const Op& op = env_.op(s);
     posted_with_group_[s] = 1;
     if (is_send(op.role)) {
-      send(s);
+      send(s, s);
     } else if (is_recv(op.role)) {
       recvs_.post_upto(s);
       if (two_part_) {
@@ -360,9 +380,39 @@ void Executor::wait_joined_first_parts(size_t i) {
 
 // ---- receives and local ops ------------------------------------------------------
 
+// Before the walk waits for receive op i: posts later sends ahead, in program
+// order, at most send_ahead_limit_ not yet reached at a time and within the
+// send window. A send may go once no receive or local op on its block lies
+// between op i (included) and it: its bytes are then what they would be at its
+// own turn (a leaf's local values, a pending or final message made earlier),
+// and a later send of a block waits behind an earlier one that must. Blocks
+// only ever touch their own bytes, so the results and the messages do not
+// change, only when they are posted. Scans a bounded stretch of the program
+// (its step and the next, about): enough to start the all-gather's sends of
+// finished blocks while the last reduce steps still arrive.
+void Executor::send_ahead(size_t i) {
+  if (send_ahead_limit_ <= 0 || ahead_ >= send_ahead_limit_) return;
+  const size_t end = std::min(env_.prog.ops.size(), i + 4 * size_t(env_.bt.blocks_per_chunk) + 16);
+  busy_.assign(env_.bt.blocks.size(), 0);
+  for (size_t j = i; j < end && ahead_ < send_ahead_limit_; ++j) {
+    const Op& op = env_.op(j);
+    const size_t b = size_t(op.block);
+    if (!is_send(op.role)) {
+      busy_[b] = 1;
+      continue;
+    }
+    if (busy_[b] || sent_ahead_[j] || posted_with_group_[j]) continue;
+    if (sends_.held_bytes() + env_.max_message_bytes(env_.block(op)) > size_t(env_.args.window_bytes)) break;
+    send(j, i);
+    sent_ahead_[j] = 1;
+    ++ahead_;
+  }
+}
+
 void Executor::receive(size_t i) {
   recvs_.post_upto(i);
   recvs_.expect_front(i);
+  if (!sent_ahead_.empty()) send_ahead(i);
   wait_joined_first_parts(i);
   PostedRecv pr = recvs_.pop_front();
   wait_whole_message(i, pr);
@@ -465,7 +515,8 @@ void Executor::local_final(const Op& op) {
     return;
   }
   BufferPool::Ptr out = env_.pool.get(env_.max_message_bytes(b));
-  env_.timer.kernel([&] { out->size = codec_.compress(x, plan_, b, env_.args.rng, out->data()); });
+  env_.timer.kernel("local-final", env_.index_of(op), op.block,
+                    [&] { out->size = codec_.compress(x, plan_, b, env_.args.rng, out->data()); });
   finals_[size_t(op.block)] = std::move(out);
 }
 

@@ -68,7 +68,7 @@ void ReceiveWindow::wait_second_part(PostedRecv& r) {
 
 void ReceiveWindow::mark_wait_start(int64_t ev) {
   TimelineRecorder* tl = env_.timer.timeline();
-  if (tl && ev >= 0 && tl->event(size_t(ev)).t_start == 0.0) tl->event(size_t(ev)).t_start = timeline_now();
+  if (tl && ev >= 0 && tl->event(size_t(ev)).t_need < 0.0) tl->event(size_t(ev)).t_need = timeline_now();
 }
 
 void ReceiveWindow::park() {

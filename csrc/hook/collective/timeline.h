@@ -3,16 +3,17 @@
 // the driver's phases, every codec kernel, and the post, start and end of
 // every send and receive of the executor, in seconds of the steady clock
 // (CLOCK_MONOTONIC: one clock for every process of a machine, so the ranks'
-// timelines line up). experiments/probes/timeline.py draws it.
+// timelines line up). experiments/probes/timeline_gantt.py draws it.
 //
-// What the times mean:
-//   phase  (local pass, header exchange, metadata all-reduce, plan, the exact
-//          path's all-reduce): start and end.
-//   kernel (one codec call on one block): start and end.
-//   send   post = isend called (its bytes exist); start = post; end = the send
+// What the times mean (post <= start <= end for every event):
+//   phase  (local pass, header exchange, metadata all-reduce, plan, execute,
+//          the exact path's all-reduce): post = start, end.
+//   kernel (one codec call on one block): post = start, end.
+//   send   post = start = isend called (its bytes exist); end = the send
 //          completed (on Gloo: its bytes were handed to the socket).
-//   recv   post = irecv called; start = the executor began to wait for it (it
-//          needed the message); end = the message was there.
+//   recv   post = start = irecv called; end = the message was there;
+//          need = when the executor began to wait for it (it needed the
+//          message then: need < end means the executor was blocked).
 // Ends of sends and receives are taken by watcher threads, one per peer and
 // direction, that wait on each request in posting order (a wait the executor
 // makes itself before a watcher got to the request records the end instead:
@@ -41,6 +42,7 @@ struct TimelineEvent {
   uint32_t tag = 0;
   int64_t bytes = 0;
   double t_post = 0.0, t_start = 0.0, t_end = 0.0;
+  double t_need = -1.0;  // receives: when the executor began to wait for it (-1: not a receive)
   bool exact = true;  // t_end observed by a thread blocked on the request (sends and receives)
 };
 
