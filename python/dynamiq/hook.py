@@ -75,6 +75,10 @@ class HookState:
         all-reduces of the buckets) and `meta_bytes_sent` (dynamiq's
         statistics all-reduces), as in last_step_stats; `buckets`; buckets per
         path; exact allocator searches and fallbacks. Not in state_dict.
+      timeline: False by default; True adds each bucket's per-operation
+        timeline to its statistics (`last_step_stats[i]["timeline"]`,
+        docs/api.md); a switch applies from the next bucket on. Not in
+        state_dict; nothing on the wire changes.
 
     Tuning: lower `bits` sends less but adds error; "butterfly" needs fewer
     hops (error grows more slowly with world size) but each hop carries more.
@@ -82,7 +86,8 @@ class HookState:
     """
 
     __slots__ = ("_config", "process_group", "own_group", "group_name", "world_size", "step", "seq", "alloc_u",
-                 "last_step_stats", "_current", "totals", "_model", "_param_ids", "_seq_loaded", "__weakref__")
+                 "last_step_stats", "_current", "totals", "_model", "_param_ids", "_seq_loaded", "timeline",
+                 "__weakref__")
 
     def __init__(self, config: Optional[Config] = None, process_group: Optional[dist.ProcessGroup] = None) -> None:
         self.config = config if config is not None else Config()
@@ -103,6 +108,7 @@ class HookState:
         self._model = None  # weakref to the DDP model once bound (None: unbound, or bound without one)
         self._param_ids: frozenset = frozenset()
         self._seq_loaded = False
+        self.timeline = False
 
     @property
     def config(self) -> Config:
@@ -353,6 +359,7 @@ def comm_hook(state: HookState, bucket: dist.GradBucket) -> torch.futures.Future
     state.seq += 1
     u = state.alloc_u.get(index)
     name = state.group_name
+    timeline = bool(state.timeline)
 
     ev = ready_event(buf, name)
     device = comm_device_for(buf, name)  # on the caller's thread
@@ -362,7 +369,7 @@ def comm_hook(state: HookState, bucket: dist.GradBucket) -> torch.futures.Future
         try:
             wait_ready(buf, ev)
             if buf.layout == torch.strided:
-                stats = run_collective(buf, name, config, "mean", seq, u, device=device)
+                stats = run_collective(buf, name, config, "mean", seq, u, device=device, timeline=timeline)
             else:
                 result, stats = _sparse_mean(buf, state.own_group)
             state._record(index, stats, is_last, buf.element_size())

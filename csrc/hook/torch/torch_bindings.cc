@@ -100,6 +100,36 @@ py::dict stats_dict(const CallStats& s) {
   return d;
 }
 
+// A call's timeline (timeline.h) as Python data: {"rank", "world", "clock",
+// "events": [dict per event]}; times in seconds of the steady clock.
+py::dict timeline_dict(const Timeline& tl) {
+  py::dict d;
+  d["rank"] = tl.rank;
+  d["world"] = tl.world;
+  d["clock"] = "steady";
+  py::list ev;
+  for (const TimelineEvent& e : tl.events) {
+    py::dict x;
+    x["kind"] = timeline_kind_name(e.kind);
+    x["name"] = e.name;
+    x["part"] = e.part;
+    x["slice"] = e.slice;
+    x["op"] = e.op;
+    x["block"] = e.block;
+    x["peer"] = e.peer;
+    x["tag"] = e.tag;
+    x["bytes"] = e.bytes;
+    x["t_post"] = e.t_post;
+    x["t_start"] = e.t_start;
+    x["t_end"] = e.t_end;
+    if (e.kind == TimelineEvent::Kind::kRecv) x["t_need"] = e.t_need;
+    x["exact"] = e.exact;
+    ev.append(std::move(x));
+  }
+  d["events"] = std::move(ev);
+  return d;
+}
+
 // The posting for NCCL (each step's send and receive in one group) also on
 // CPU buffers over Gloo when DYNAMIQ_ORDERED_POSTING=1: how its path through
 // c10d is tested without a GPU. Results are the same either way.
@@ -114,8 +144,10 @@ bool ordered_posting_env() {
 py::dict run_on_group(Collective kind, std::optional<at::Tensor> tensor, std::optional<at::Tensor> output,
                       const std::string& group_name, const CollectiveConfig& cfg, const std::string& op,
                       uint64_t seq, std::optional<std::pair<double, double>> u, int local_error,
-                      const std::string& device, int64_t caller_numel) {
+                      const std::string& device, int64_t caller_numel, bool timeline) {
   CallArgs a;
+  Timeline tl;
+  if (timeline) a.timeline = &tl;
   a.kind = kind;
   a.caller_numel = caller_numel;
   a.op = to_op(op);
@@ -183,6 +215,7 @@ py::dict run_on_group(Collective kind, std::optional<at::Tensor> tensor, std::op
     s = collective(tr, cfg, a);
   }
   py::dict d = stats_dict(s);
+  if (timeline) d["timeline"] = timeline_dict(tl);
   d["ordered_posting"] = ordered;  // posted as for NCCL (see C10dTransport)
   d["one_part_messages"] = one_part;  // two-part (lossless) messages sent as one (Gloo)
   return d;
@@ -191,9 +224,9 @@ py::dict run_on_group(Collective kind, std::optional<at::Tensor> tensor, std::op
 py::dict run_all_reduce(std::optional<at::Tensor> tensor, const std::string& group_name,
                         const CollectiveConfig& cfg, const std::string& op, uint64_t seq,
                         std::optional<std::pair<double, double>> u, int local_error,
-                        const std::string& device) {
+                        const std::string& device, bool timeline) {
   return run_on_group(Collective::kAllReduce, std::move(tensor), std::nullopt, group_name, cfg, op, seq, u,
-                      local_error, device, -1);
+                      local_error, device, -1, timeline);
 }
 
 Collective to_kind(int kind) {
@@ -206,7 +239,7 @@ Collective to_kind(int kind) {
 py::dict run_sharded(int kind, std::optional<std::pair<at::Tensor, at::Tensor>> tensors,
                      const std::string& group_name, const CollectiveConfig& cfg, const std::string& op,
                      uint64_t seq, std::optional<std::pair<double, double>> u, int local_error,
-                     const std::string& device, int64_t caller_numel) {
+                     const std::string& device, int64_t caller_numel, bool timeline) {
   const Collective k = to_kind(kind);
   DQ_CHECK(k != Collective::kAllReduce, "dynamiq: use all_reduce for an all-reduce");
   std::optional<at::Tensor> input, output;
@@ -214,11 +247,11 @@ py::dict run_sharded(int kind, std::optional<std::pair<at::Tensor, at::Tensor>> 
     input = tensors->first;
     if (k == Collective::kReduceScatter) output = tensors->second;
   }
-  return run_on_group(k, input, output, group_name, cfg, op, seq, u, local_error, device, caller_numel);
+  return run_on_group(k, input, output, group_name, cfg, op, seq, u, local_error, device, caller_numel, timeline);
 }
 
 py::list run_simulate(std::vector<at::Tensor> tensors, const CollectiveConfig& cfg,
-                      const std::string& op, uint64_t seq, double timeout_s) {
+                      const std::string& op, uint64_t seq, double timeout_s, bool timeline) {
   const int n = int(tensors.size());
   DQ_CHECK(n >= 1, "dynamiq.simulate: need at least one tensor");
   for (auto& t : tensors) {
@@ -227,11 +260,13 @@ py::list run_simulate(std::vector<at::Tensor> tensors, const CollectiveConfig& c
              "dynamiq.simulate: all tensors must have the same dtype and size");
   }
   std::vector<CallStats> stats(static_cast<size_t>(n));
+  std::vector<Timeline> tls(static_cast<size_t>(n));
   {
     py::gil_scoped_release no_gil;
     InprocWorld world(n, std::chrono::milliseconds(int64_t(timeout_s * 1000)));
     world.run([&](int r, Transport& tr) {
       CallArgs a;
+      if (timeline) a.timeline = &tls[size_t(r)];
       a.data = tensors[size_t(r)].data_ptr();
       a.dtype = to_dtype(tensors[size_t(r)]);
       a.numel = tensors[size_t(r)].numel();
@@ -243,7 +278,11 @@ py::list run_simulate(std::vector<at::Tensor> tensors, const CollectiveConfig& c
     });
   }
   py::list out;
-  for (auto& s : stats) out.append(stats_dict(s));
+  for (size_t r = 0; r < stats.size(); ++r) {
+    py::dict d = stats_dict(stats[r]);
+    if (timeline) d["timeline"] = timeline_dict(tls[r]);
+    out.append(std::move(d));
+  }
   return out;
 }
 
@@ -355,12 +394,12 @@ PYBIND11_MODULE(_C, m) {
 
   m.def("all_reduce", &run_all_reduce, py::arg("tensor"), py::arg("group_name"), py::arg("config"),
         py::arg("op"), py::arg("seq"), py::arg("u") = py::none(), py::arg("local_error") = 0,
-        py::arg("device") = "cpu",
+        py::arg("device") = "cpu", py::arg("timeline") = false,
         "In-place all-reduce of a contiguous tensor (CPU with Gloo; CUDA with NCCL in a CUDA "
         "build) over the named process group. Releases the GIL. Returns the per-call statistics.");
   m.def("sharded", &run_sharded, py::arg("kind"), py::arg("tensors"), py::arg("group_name"), py::arg("config"),
         py::arg("op"), py::arg("seq"), py::arg("u") = py::none(), py::arg("local_error") = 0,
-        py::arg("device") = "cpu", py::arg("caller_numel") = -1,
+        py::arg("device") = "cpu", py::arg("caller_numel") = -1, py::arg("timeline") = false,
         "A reduce-scatter (kind 1; tensors = (input, output)) or all-gather (kind 2; tensors = "
         "(buffer, buffer), this rank's shard filled in) over the named process group; shards "
         "already padded to padded_shard. Releases the GIL. Returns the per-call statistics.");
@@ -376,7 +415,7 @@ PYBIND11_MODULE(_C, m) {
         py::arg("config"), py::arg("op"), py::arg("seq"), py::arg("timeout_s") = 300.0,
         "simulate() of a reduce-scatter or all-gather over an in-process transport.");
   m.def("simulate", &run_simulate, py::arg("tensors"), py::arg("config"), py::arg("op"),
-        py::arg("seq"), py::arg("timeout_s") = 300.0,
+        py::arg("seq"), py::arg("timeout_s") = 300.0, py::arg("timeline") = false,
         "Runs the same collective over an in-process transport, one tensor per simulated "
         "rank, in place. Returns each rank's statistics.");
   m.def(
