@@ -1,8 +1,8 @@
 """Where the wire idles: dynamiq's per-operation timeline (stats["timeline"]) as a Gantt chart per rank,
 and each method's time against max(wire time, codec time), with Gloo's all-reduce in the same run.
 
-    # the emulated cluster (root): 2 and 4 ranks at 1 Gbit/s, 64 MB float32; "~sa0" = sends not
-    # posted ahead (DYNAMIQ_SEND_AHEAD=0 for that row), the rest as built
+    # the emulated cluster (root): 2 and 4 ranks at 1 Gbit/s, 64 MB float32; "~sa<k>" = at most k
+    # sends posted ahead (DYNAMIQ_SEND_AHEAD=k for that row; 0: none), the rest as built
     python experiments/probes/timeline_gantt.py --netbed 1gbit --worlds 2 4 --size-mb 64 \\
         --methods gloo dynamiq:ring:5~sa0 dynamiq:ring:5
     # redraw one chart from a saved run
@@ -195,10 +195,11 @@ def draw(timelines: list, title: str, png: str, rate_bps: float) -> None:
                                color="#1f77b4" if e["part"] == "data" else "#bcbd22", alpha=0.25)
             elif k == "recv":
                 ax.broken_barh([(ms(e["t_post"]), ms(e["t_end"]) - ms(e["t_post"]))], (1.1, 0.8),
-                               color="#2ca02c" if e["part"] == "data" else "#bcbd22", alpha=0.15)
-                if 0 <= e.get("t_need", -1) < e["t_end"]:  # the executor waited for it
-                    ax.broken_barh([(ms(e["t_need"]), ms(e["t_end"]) - ms(e["t_need"]))], (1.1, 0.8),
-                                   color="#d62728", alpha=0.8)
+                               color="#2ca02c" if e["part"] == "data" else "#bcbd22", alpha=0.08)
+        for e in ev:  # on top: where the executor waited for a message
+            if e["kind"] == "recv" and 0 <= e.get("t_need", -1) < e["t_end"]:
+                ax.broken_barh([(ms(e["t_need"]), ms(e["t_end"]) - ms(e["t_need"]))], (1.1, 0.8),
+                               color="#d62728")
         if rate_bps:
             prev = -1e30
             for e in sorted((e for e in ev if e["kind"] == "recv"), key=lambda e: e["t_end"]):

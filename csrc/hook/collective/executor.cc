@@ -4,7 +4,11 @@
 #include <cstdlib>
 #include <map>
 #include <optional>
+#include <thread>
 #include <vector>
+#ifdef __linux__
+#include <sched.h>
+#endif
 
 #include "hook/collective/exec_env.h"
 #include "hook/collective/recv_window.h"
@@ -83,11 +87,29 @@ std::vector<size_t> last_final_uses(const ExecEnv& env) {
   return last;
 }
 
+// ExecArgs::send_ahead's default: 2 where every rank of this host has a CPU
+// of its own (LOCAL_WORLD_SIZE, set by torchrun and the netbed, against the
+// CPUs this process may run on), else 0: there the time a rank spends waiting
+// for a message runs a rank that shares its CPU, and a send posted ahead
+// takes that CPU from it (netbed, 4 ranks on 2 loaded cores: 657-662 ms with
+// 2 ahead, 537-547 ms with none, two runs; 2 ranks: 357-527 against 401-567,
+// experiments/results/overlap).
+int default_send_ahead() {
+  const char* l = std::getenv("LOCAL_WORLD_SIZE");
+  const long local = l && *l ? std::max(1L, std::atol(l)) : 1;
+  long cpus = long(std::thread::hardware_concurrency());
+#ifdef __linux__
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) cpus = CPU_COUNT(&set);
+#endif
+  return cpus > 0 && local > cpus ? 0 : 2;
+}
+
 int send_ahead_limit(const ExecEnv& env) {
   if (env.ordered) return 0;  // posting order is matching order there
   if (env.args.send_ahead >= 0) return env.args.send_ahead;
   const char* v = std::getenv("DYNAMIQ_SEND_AHEAD");
-  return v && *v ? std::max(0, std::atoi(v)) : 2;
+  return v && *v ? std::max(0, std::atoi(v)) : default_send_ahead();
 }
 
 bool any_two_part(const ExecEnv& env) {
@@ -380,7 +402,8 @@ void Executor::wait_joined_first_parts(size_t i) {
 
 // ---- receives and local ops ------------------------------------------------------
 
-// Before the walk waits for receive op i: posts later sends ahead, in program
+// Before the walk waits for receive op i (whose message has not arrived):
+// posts later sends ahead, in program
 // order, at most send_ahead_limit_ not yet reached at a time and within the
 // send window. A send may go once no receive or local op on its block lies
 // between op i (included) and it: its bytes are then what they would be at its
@@ -412,7 +435,9 @@ void Executor::send_ahead(size_t i) {
 void Executor::receive(size_t i) {
   recvs_.post_upto(i);
   recvs_.expect_front(i);
-  if (!sent_ahead_.empty()) send_ahead(i);
+  // only when the message is not there yet: one that has arrived is reduced
+  // first, since the next hop waits for what that makes
+  if (!sent_ahead_.empty() && !recvs_.at(0).req->test()) send_ahead(i);
   wait_joined_first_parts(i);
   PostedRecv pr = recvs_.pop_front();
   wait_whole_message(i, pr);
