@@ -93,7 +93,8 @@ def _next_direct_seq(group_name: str) -> int:
 
 
 def run_collective(tensor: torch.Tensor, group_name: str, config: Config, op: str, seq: int,
-                   u: Optional[tuple] = None, device: Optional[str] = None, timeline: bool = False) -> dict:
+                   u: Optional[tuple] = None, device: Optional[str] = None, timeline: bool = False,
+                   local_pass=None) -> dict:
     """Runs one collective synchronously on the calling thread (the group worker).
 
     Validates the tensor; a rank with bad input still takes part in the header
@@ -102,6 +103,8 @@ def run_collective(tensor: torch.Tensor, group_name: str, config: Config, op: st
     the thread that issued the collective: the current CUDA device is per
     thread); None evaluates it here. `timeline=True` adds the call's
     per-operation timeline to the statistics (`stats["timeline"]`, docs/api.md).
+    `local_pass`: the bucket's statistics pass run ahead (`_C.precompute_local_pass` of
+    this tensor and config), or None.
     """
     code, msg = check_tensor(tensor, group_name)
     cpp = config._to_cpp()
@@ -114,7 +117,7 @@ def run_collective(tensor: torch.Tensor, group_name: str, config: Config, op: st
             pass
         raise DynamiqError(msg)
     return _C.all_reduce(tensor.view(-1) if tensor.dim() != 1 else tensor, group_name, cpp, op, seq, u, 0,
-                         device, bool(timeline))
+                         device, bool(timeline), local_pass)
 
 
 def ready_event(tensor: torch.Tensor, group_name: str) -> Optional["torch.cuda.Event"]:

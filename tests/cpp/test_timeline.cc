@@ -265,3 +265,67 @@ TEST(SendAhead, TheTimelineShowsSendsPostedBeforeEarlierReceives) {
 
 }  // namespace
 }  // namespace dynamiq
+
+namespace dynamiq {
+namespace {
+
+// A bucket's local pass run ahead (precompute_local_pass, the hook's overlap
+// of bucket k+1's statistics with bucket k's transfer): the call gives
+// bit-identical results and bytes with it; a pass made for other data or
+// another config is not used (the call runs its own); mode none has none.
+TEST(PrecomputedLocalPass, SameResultsAndOnlyForItsOwnBucket) {
+  const int n = 3;
+  const int64_t numel = 256 * 120 + 13;
+  for (const char* mode : {"dynamiq", "bitsplit", "lossless"}) {
+    CollectiveConfig cfg;
+    cfg.mode = mode_id(mode);
+    cfg.bits = std::strcmp(mode, "bitsplit") == 0 ? 4.0 : 5.0;
+    cfg.block_bytes = 4096;
+    // variant 0: no pass; 1: its own; 2: one made for another rank's data; 3: for another seed
+    std::vector<std::vector<std::vector<float>>> out(4);
+    std::vector<std::vector<CallStats>> st(4, std::vector<CallStats>(size_t(n)));
+    for (int v = 0; v < 4; ++v) {
+      out[size_t(v)].resize(size_t(n));
+      for (int k = 0; k < n; ++k) out[size_t(v)][size_t(k)] = gaussian(size_t(numel), 900 + uint64_t(k));
+      InprocWorld world(n, std::chrono::seconds(60));
+      world.set_rendezvous_sends(true);
+      world.set_accepts_shorter_messages(true);
+      world.run([&](int k, Transport& tr) {
+        CallArgs a;
+        a.data = out[size_t(v)][size_t(k)].data();
+        a.numel = numel;
+        a.seq = 5;
+        PrecomputedLocalPass pre;
+        if (v > 0) {
+          std::vector<float> other = gaussian(size_t(numel), 1);
+          CallArgs b = a;
+          if (v == 2) b.data = other.data();
+          CollectiveConfig c2 = cfg;
+          if (v == 3) c2.seed = 99;
+          ASSERT_TRUE(precompute_local_pass(c2, b, pre));
+          if (v == 2) pre.data = a.data;  // stats of other values claimed for this bucket: the test below
+          a.local_pass = &pre;
+        }
+        st[size_t(v)][size_t(k)] = all_reduce(tr, cfg, a);
+      });
+    }
+    for (int k = 0; k < n; ++k) {
+      EXPECT_EQ(out[1][size_t(k)], out[0][size_t(k)]) << mode << " rank " << k;
+      EXPECT_EQ(st[1][size_t(k)].bytes_sent, st[0][size_t(k)].bytes_sent) << mode;
+      EXPECT_EQ(out[3][size_t(k)], out[0][size_t(k)]) << mode << " another config's pass was used";
+    }
+    // the driver trusts a pass for the same pointer, config, dtype and numel (the hook makes
+    // it from the bucket it then passes): statistics of other values change the plan
+    if (std::strcmp(mode, "dynamiq") == 0) EXPECT_NE(out[2][0], out[0][0]) << "the pass was not used";
+  }
+  CollectiveConfig none;
+  std::vector<float> x(1000, 1.f);
+  CallArgs a;
+  a.data = x.data();
+  a.numel = 1000;
+  PrecomputedLocalPass pre;
+  EXPECT_FALSE(precompute_local_pass(none, a, pre));
+}
+
+}  // namespace
+}  // namespace dynamiq

@@ -109,3 +109,39 @@ def test_simulate_timeline():
         assert kernel == pytest.approx(s["t_kernel"], rel=1e-9, abs=1e-9)
     with pytest.raises(ValueError, match="all_reduce"):
         dynamiq.simulate(xs, cfg, collective="all_gather", timeline=True)
+
+
+def _ddp_steps(rank, world, stats_ahead, mode):
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 256),
+                                torch.nn.ReLU(), torch.nn.Linear(256, 10))
+    ddp = DDP(model, bucket_cap_mb=0.02)  # several buckets: bucket k+1's pass runs beside bucket k
+    state = dynamiq.register(ddp, dynamiq.Config(mode=mode, bits=4.0 if mode == "bitsplit" else 5.0,
+                                                  min_compress_numel=0))
+    state.stats_ahead = stats_ahead
+    state.timeline = True
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+    g = torch.Generator().manual_seed(rank)
+    for _ in range(4):
+        x, y = torch.randn(32, 64, generator=g), torch.randint(0, 10, (32,), generator=g)
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(ddp(x), y).backward()
+        opt.step()
+    stats = state.last_step_stats
+    assert len(stats) >= 2, len(stats)
+    # the statistics pass is recorded either way (run ahead, it is the copy the call used: short)
+    for s in stats:
+        assert any(e["kind"] == "phase" and e["name"] == "local" for e in s["timeline"]["events"])
+    return (torch.cat([p.detach().view(-1) for p in ddp.parameters()]).view(torch.int32).tolist(),
+            [(s["bytes_sent"], s["path"]) for s in stats])
+
+
+@pytest.mark.parametrize("mode", ["dynamiq", "bitsplit"])
+def test_hook_statistics_ahead_change_nothing(mode):
+    on = run_ranks(_ddp_steps, 2, True, mode, timeout=300)
+    off = run_ranks(_ddp_steps, 2, False, mode, timeout=300)
+    for r in range(2):
+        assert on[r][0] == off[r][0], r
+        assert on[r][1] == off[r][1], r
+    assert on[0][0] == on[1][0]

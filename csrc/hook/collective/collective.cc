@@ -293,7 +293,17 @@ CallStats all_reduce_one(Transport& tr, const CollectiveConfig& cfg, const CallA
 
   auto t0 = Clock::now();
   LocalPass pass;
-  if (ok_input && ok_config && !setup.scheme->identity()) pass = run_local_pass(*setup.scheme, a);
+  if (ok_input && ok_config && !setup.scheme->identity()) {
+    const PrecomputedLocalPass* pre = a.local_pass;
+    if (pre && pre->fingerprint == cfg.fingerprint() && pre->data == a.data && pre->dtype == a.dtype &&
+        pre->numel == a.numel && !a.device && a.kind == Collective::kAllReduce &&
+        int64_t(pre->stats.size()) == setup.scheme->stats_count(a.dtype, a.numel)) {
+      pass.stats = pre->stats;
+      pass.nonfinite = pre->nonfinite;
+    } else {
+      pass = run_local_pass(*setup.scheme, a);
+    }
+  }
   auto t1 = Clock::now();
   cs.t_local = secs(t0, t1);
   phase(a.timeline, "local", slice, t0, t1);
@@ -339,6 +349,31 @@ CallStats all_reduce_one(Transport& tr, const CollectiveConfig& cfg, const CallA
   finish(cs, t_start, a);
   return cs;
 }
+
+}  // namespace
+
+bool precompute_local_pass(const CollectiveConfig& cfg, const CallArgs& a, PrecomputedLocalPass& out) {
+  if (a.device || a.data == nullptr || a.kind != Collective::kAllReduce) return false;
+  try {
+    const std::unique_ptr<Scheme> scheme = make_scheme(cfg);
+    if (scheme->identity()) return false;
+    CallArgs b = a;
+    b.local_pass = nullptr;
+    LocalPass p = run_local_pass(*scheme, b);
+    if (p.error) return false;
+    out.fingerprint = cfg.fingerprint();
+    out.data = a.data;
+    out.dtype = a.dtype;
+    out.numel = a.numel;
+    out.stats = std::move(p.stats);
+    out.nonfinite = p.nonfinite;
+    return true;
+  } catch (const Error&) {
+    return false;
+  }
+}
+
+namespace {
 
 // Adds one slice's stats to a bucket's (see all_reduce).
 void add_slice(CallStats& total, const CallStats& c) {

@@ -12,6 +12,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "hook/collective/config.h"
 #include "hook/collective/exec_stats.h"
@@ -44,6 +45,19 @@ enum class InputError : int32_t {
   kShape = 7,    // reduce-scatter / all-gather: output and input sizes or dtypes that do not fit
 };
 constexpr int kNumInputErrors = 8;
+
+// A bucket's local pass (statistics and non-finite flag) run ahead of its
+// collective (precompute_local_pass), e.g. while the previous bucket is on
+// the wire. Used by the call whose config fingerprint, data, dtype and numel
+// it was made for; any other call (a slice of a bucket) runs its own.
+struct PrecomputedLocalPass {
+  uint64_t fingerprint = 0;
+  const void* data = nullptr;
+  DType dtype = DType::kF32;
+  int64_t numel = 0;
+  std::vector<float> stats;
+  bool nonfinite = false;
+};
 
 struct CallArgs {
   void* data = nullptr;
@@ -79,7 +93,16 @@ struct CallArgs {
   // executor runs are appended there (timeline.h). Not part of the header
   // fingerprint: ranks may differ, and nothing on the wire changes.
   Timeline* timeline = nullptr;
+  // Non-null: this bucket's local pass, run earlier (see PrecomputedLocalPass).
+  const PrecomputedLocalPass* local_pass = nullptr;
 };
+
+// Runs the local pass of an all-reduce of `args` under `cfg` now (host
+// memory only), for a later call with the same config and bucket. Returns
+// false (nothing to precompute: mode none, a config make_scheme rejects,
+// a device bucket, or a local pass that failed, which the call then runs and
+// reports itself).
+bool precompute_local_pass(const CollectiveConfig& cfg, const CallArgs& args, PrecomputedLocalPass& out);
 
 // The main all-reduce's executor counts and times, this rank (ExecStats:
 // bytes_sent, bytes_received, messages_sent, t_kernel, t_wait, t_post), and the

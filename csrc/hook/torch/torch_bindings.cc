@@ -144,10 +144,12 @@ bool ordered_posting_env() {
 py::dict run_on_group(Collective kind, std::optional<at::Tensor> tensor, std::optional<at::Tensor> output,
                       const std::string& group_name, const CollectiveConfig& cfg, const std::string& op,
                       uint64_t seq, std::optional<std::pair<double, double>> u, int local_error,
-                      const std::string& device, int64_t caller_numel, bool timeline) {
+                      const std::string& device, int64_t caller_numel, bool timeline,
+                      const PrecomputedLocalPass* local_pass = nullptr) {
   CallArgs a;
   Timeline tl;
   if (timeline) a.timeline = &tl;
+  a.local_pass = local_pass;
   a.kind = kind;
   a.caller_numel = caller_numel;
   a.op = to_op(op);
@@ -224,9 +226,10 @@ py::dict run_on_group(Collective kind, std::optional<at::Tensor> tensor, std::op
 py::dict run_all_reduce(std::optional<at::Tensor> tensor, const std::string& group_name,
                         const CollectiveConfig& cfg, const std::string& op, uint64_t seq,
                         std::optional<std::pair<double, double>> u, int local_error,
-                        const std::string& device, bool timeline) {
+                        const std::string& device, bool timeline,
+                        std::shared_ptr<PrecomputedLocalPass> local_pass) {
   return run_on_group(Collective::kAllReduce, std::move(tensor), std::nullopt, group_name, cfg, op, seq, u,
-                      local_error, device, -1, timeline);
+                      local_error, device, -1, timeline, local_pass.get());
 }
 
 Collective to_kind(int kind) {
@@ -394,9 +397,33 @@ PYBIND11_MODULE(_C, m) {
 
   m.def("all_reduce", &run_all_reduce, py::arg("tensor"), py::arg("group_name"), py::arg("config"),
         py::arg("op"), py::arg("seq"), py::arg("u") = py::none(), py::arg("local_error") = 0,
-        py::arg("device") = "cpu", py::arg("timeline") = false,
+        py::arg("device") = "cpu", py::arg("timeline") = false, py::arg("local_pass") = nullptr,
         "In-place all-reduce of a contiguous tensor (CPU with Gloo; CUDA with NCCL in a CUDA "
         "build) over the named process group. Releases the GIL. Returns the per-call statistics.");
+  py::class_<PrecomputedLocalPass, std::shared_ptr<PrecomputedLocalPass>>(
+      m, "PrecomputedLocalPass", "A bucket's statistics pass run ahead of its all-reduce (opaque).");
+  m.def(
+      "precompute_local_pass",
+      [](const at::Tensor& t, const CollectiveConfig& cfg) -> std::shared_ptr<PrecomputedLocalPass> {
+        if (!t.device().is_cpu() || !t.is_contiguous() || t.layout() != at::kStrided) return nullptr;
+        const auto st = t.scalar_type();
+        if (st != at::kFloat && st != at::kBFloat16 && st != at::kHalf) return nullptr;
+        CallArgs a;
+        a.data = t.data_ptr();
+        a.dtype = to_dtype(t);
+        a.numel = t.numel();
+        auto out = std::make_shared<PrecomputedLocalPass>();
+        bool ok;
+        {
+          py::gil_scoped_release no_gil;
+          ok = precompute_local_pass(cfg, a, *out);
+        }
+        return ok ? out : nullptr;
+      },
+      py::arg("tensor"), py::arg("config"),
+      "Runs the local pass (statistics, non-finite scan) of an all-reduce of a CPU tensor under "
+      "config now; pass the result to all_reduce(local_pass=...) of the same tensor and config. "
+      "None where there is nothing to precompute. Releases the GIL.");
   m.def("sharded", &run_sharded, py::arg("kind"), py::arg("tensors"), py::arg("group_name"), py::arg("config"),
         py::arg("op"), py::arg("seq"), py::arg("u") = py::none(), py::arg("local_error") = 0,
         py::arg("device") = "cpu", py::arg("caller_numel") = -1, py::arg("timeline") = false,
