@@ -12,6 +12,8 @@
 #                                         #   2 loaded cores, ~20 with experiments/out/llm_grads/*.pt) -> results/vnmse_equal_bits/
 #   bash scripts/experiment.sh topology   # vNMSE against world size 2..64 (~10 min)           -> results/topology/
 #   bash scripts/experiment.sh train      # time to accuracy, 4 ranks at 1 Gbit/s (root, 25-45 min) -> results/train/
+#   bash scripts/experiment.sh tta        # time to accuracy, a 2.9M Llama, 8 methods, 4 ranks at 1 Gbit/s
+#                                         #   (root, ~30-40 min on 2 loaded cores)           -> results/time_to_accuracy/
 #   bash scripts/experiment.sh memory     # host memory per rank of DDP with each hook (~2 min; --pool-table: ~7)
 #                                         #   -> results/memory/ (--pool-only: results/memory_pool/)
 # Extra arguments go to the experiment's script (`--out experiments/out/<name>` for a scratch run
@@ -21,7 +23,7 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 PY=.venv/bin/python
 export PATH="$PWD/.venv/bin:$PATH"
-what=${1:?usage: scripts/experiment.sh kernels|allreduce|netbed|vnmse|equal_bits|topology|train|memory [args]}
+what=${1:?usage: scripts/experiment.sh kernels|allreduce|netbed|vnmse|equal_bits|topology|train|tta|memory [args]}
 shift
 export DYNAMIQ_EXPERIMENT="bash scripts/experiment.sh $what${*:+ $*}"  # the header line of the results README
 case "$what" in
@@ -89,6 +91,11 @@ case "$what" in
   train)
     [ "$(id -u)" -eq 0 ] || { echo "train runs in the netbed and needs root; add --loopback to run unshaped"; }
     $PY experiments/studies/train.py "$@" ;;
+  tta)
+    [ "$(id -u)" -eq 0 ] || { echo "tta runs in the netbed and needs root; add --loopback to run unshaped"; }
+    $PY -c "import transformers, tokenizers" 2>/dev/null || \
+      $PY -m pip install -q "transformers==5.23.0" "tokenizers==0.23.3"
+    $PY experiments/studies/time_to_accuracy.py "$@" ;;
   memory)
     $PY experiments/bench/bench_memory.py "$@" ;;
   *) echo "unknown experiment: $what"; exit 2 ;;

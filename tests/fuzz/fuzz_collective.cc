@@ -35,6 +35,10 @@
 #include "hook/collective/collective.h"
 #include "kernels/device.h"
 #include "kernels/identity/identity_codec.h"
+#include "kernels/bitsplit/bitsplit_codec.h"
+#include "kernels/dynamiq/dynamiq_codec.h"
+#include "kernels/lossless/lossless_codec.h"
+#include "kernels/registry.h"
 
 using namespace dqfuzz;
 
@@ -74,25 +78,43 @@ class FuzzMemory final : public Memory {
   mutable int generation_ = 0;
 };
 
+// Host codecs behind a Memory of the fuzzer's own: the device path with CPU codecs, each
+// mode's device codec registered under this device's name (as a GPU's are under "cuda").
 class FuzzDevice final : public Device {
  public:
+  FuzzDevice() {
+    static const bool registered = [] {
+      DeviceCodecFactory id;
+      id.make_codec = [](const Codec&, const Device&) { return std::make_unique<IdentityCodec>(); };
+      register_device_codec("none", "fuzz-host", id);
+      DeviceCodecFactory dq;
+      dq.make_codec = [](const Codec& host, const Device&) {
+        return std::make_unique<DynamiqCodec>(host_codec_as<DynamiqCodec>(host).params());
+      };
+      dq.local_pass = [](const Codec& host, const Device&, const void* data, DType dtype, int64_t numel,
+                         float* stats) {
+        return dynamiq_local_stats(data, dtype, numel, host_codec_as<DynamiqCodec>(host).params().fmt.S, stats);
+      };
+      register_device_codec("dynamiq", "fuzz-host", dq);
+      DeviceCodecFactory bs;
+      bs.make_codec = [](const Codec& host, const Device&) {
+        return std::make_unique<BitsplitCodec>(host_codec_as<BitsplitCodec>(host).params());
+      };
+      register_device_codec("bitsplit", "fuzz-host", bs);
+      DeviceCodecFactory ll;
+      ll.make_codec = [](const Codec& host, const Device&) {
+        return std::make_unique<LosslessCodec>(host_codec_as<LosslessCodec>(host).options());
+      };
+      register_device_codec("lossless", "fuzz-host", ll);
+      return true;
+    }();
+    (void)registered;
+  }
   std::string name() const override { return "fuzz-host"; }
   const Memory& memory() const override { return mem_; }
-  bool dynamiq_stats(const void* data, DType dtype, int64_t numel, int32_t S, float* out) const override {
-    return dynamiq_local_stats(data, dtype, numel, S, out);
-  }
+  void* stream() const override { return nullptr; }
   bool has_nonfinite(const void* data, DType dtype, int64_t numel) const override {
     return dynamiq::has_nonfinite(data, dtype, numel);
-  }
-  std::unique_ptr<Codec> identity_codec() const override { return std::make_unique<IdentityCodec>(); }
-  std::unique_ptr<Codec> dynamiq_codec(const DynamiqParams& p) const override {
-    return std::make_unique<DynamiqCodec>(p);
-  }
-  std::unique_ptr<Codec> bitsplit_codec(const BitsplitParams& p) const override {
-    return std::make_unique<BitsplitCodec>(p);
-  }
-  std::unique_ptr<Codec> lossless_codec(const LosslessOptions& o) const override {
-    return std::make_unique<LosslessCodec>(o);
   }
   const FuzzMemory& fuzz_memory() const { return mem_; }
 
@@ -193,7 +215,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   Input<32> in(data, size);
   const uint8_t* p = in.p;
   CodecCase c;
-  c.mode = Mode(p[0] % 4);
+  c.mode = Mode(p[0] % 4);  // the registry's ids: none 0, dynamiq 1, lossless 2, bitsplit 3
   std::memcpy(c.mode_params, p + 16, 8);
   std::memcpy(&c.seed, p + 24, 8);
   CollectiveConfig cfg = config_of(c);

@@ -11,6 +11,7 @@ import importlib.util
 import json
 import os
 import signal
+import re
 import socket
 import subprocess
 import sys
@@ -111,3 +112,19 @@ def test_torchrun_example_with_tensorboard_scalars(tmp_path):
     # every step's bytes reached TensorBoard: they add up to rank 0's running total
     assert sum(e.value for e in sent) == res[0]["totals"]["bytes_sent"]
     assert {"dynamiq/saved_fraction", "dynamiq/t_wire_ms", "dynamiq/paths/compressed"} <= set(ea.Tags()["scalars"])
+
+
+def test_fsdp2_example_lossless_equals_none_on_every_rank():
+    """examples/fsdp2_train.py under torchrun: FSDP2 with dynamiq's reduce-scatter and lossless
+    all-gather. Every rank ends with the same full parameters, and mode lossless ends bit for
+    bit where mode none does (a hook never set, or one that altered a gradient, breaks one)."""
+    digests = {}
+    for mode in ("none", "lossless"):
+        out = _launch([BIN / "torchrun", "--standalone", "--nproc_per_node", "2", "examples/fsdp2_train.py",
+                       "--mode", mode, "--steps", "4", "--print-every", "4"])
+        found = re.findall(r"rank (\d): parameters sha256 ([0-9a-f]{16})", out)
+        assert sorted(r for r, _ in found) == ["0", "1"], out[-3000:]
+        assert len({d for _, d in found}) == 1, f"replicas diverged in mode {mode}: {found}"
+        assert re.search(r"reduce_scatter [1-9]\d* calls", out), out[-3000:]  # dynamiq's collectives ran
+        digests[mode] = found[0][1]
+    assert digests["lossless"] == digests["none"], digests

@@ -111,6 +111,28 @@ struct Builder {
 
 int mod(int a, int n) { return ((a % n) + n) % n; }
 
+// Recursive halving of the ranges [0, p) for core rank r over k = log2(p) steps: keep[t] is
+// the range r keeps after step t, sent[t] the half it sends away at step t. It ends with r
+// keeping [r, r + 1).
+std::pair<std::vector<std::pair<int, int>>, std::vector<std::pair<int, int>>> halving_ranges(int r, int p, int k) {
+  std::vector<std::pair<int, int>> keep(static_cast<size_t>(k)), sent(static_cast<size_t>(k));
+  int lo = 0, hi = p;
+  for (int t = 0; t < k; ++t) {
+    const int d = p >> (t + 1), half = (hi - lo) / 2;
+    if ((r & d) == 0) {
+      keep[size_t(t)] = {lo, lo + half};
+      sent[size_t(t)] = {lo + half, hi};
+    } else {
+      keep[size_t(t)] = {lo + half, hi};
+      sent[size_t(t)] = {lo, lo + half};
+    }
+    lo = keep[size_t(t)].first;
+    hi = keep[size_t(t)].second;
+  }
+  DQ_CHECK(lo == r && hi == r + 1, "butterfly: rank does not end up owning its own range");
+  return {keep, sent};
+}
+
 // Ring: rank r owns chunk r. Chunk c travels c+1 -> c+2 -> ... -> c (n-1 hops),
 // then its final bytes travel c -> c+1 -> ... -> c-1.
 // A reduce-scatter runs the first n-1 steps alone (chunk c's sink is rank c);
@@ -177,21 +199,7 @@ void butterfly(Builder& b, int r, int n) {
     return;
   }
   // keep[t] = chunk range kept after step t; sent[t] = the range sent at step t.
-  std::vector<std::pair<int, int>> keep(static_cast<size_t>(k)), sent(static_cast<size_t>(k));
-  int lo = 0, hi = p;
-  for (int t = 0; t < k; ++t) {
-    const int d = p >> (t + 1), half = (hi - lo) / 2;
-    if ((r & d) == 0) {
-      keep[size_t(t)] = {lo, lo + half};
-      sent[size_t(t)] = {lo + half, hi};
-    } else {
-      keep[size_t(t)] = {lo + half, hi};
-      sent[size_t(t)] = {lo, lo + half};
-    }
-    lo = keep[size_t(t)].first;
-    hi = keep[size_t(t)].second;
-  }
-  DQ_CHECK(lo == r && hi == r + 1, "butterfly: rank does not end up owning its own chunk");
+  const auto [keep, sent] = halving_ranges(r, p, k);
   for (int t = 0; t < k; ++t) {
     const int partner = r ^ (p >> (t + 1));
     const int step = 1 + t;
@@ -305,21 +313,7 @@ void butterfly_phase(Builder& b, int r, int n, Collective kind) {
     return;
   }
   // keep[t] = groups kept after step t; sent[t] = the groups sent at step t.
-  std::vector<std::pair<int, int>> keep(static_cast<size_t>(k)), sent(static_cast<size_t>(k));
-  int lo = 0, hi = p;
-  for (int t = 0; t < k; ++t) {
-    const int d = p >> (t + 1), half = (hi - lo) / 2;
-    if ((r & d) == 0) {
-      keep[size_t(t)] = {lo, lo + half};
-      sent[size_t(t)] = {lo + half, hi};
-    } else {
-      keep[size_t(t)] = {lo + half, hi};
-      sent[size_t(t)] = {lo, lo + half};
-    }
-    lo = keep[size_t(t)].first;
-    hi = keep[size_t(t)].second;
-  }
-  DQ_CHECK(lo == r && hi == r + 1, "butterfly: rank does not end up owning its own group");
+  const auto [keep, sent] = halving_ranges(r, p, k);
   const int partner_chunk = r + p < n ? r + p : -1;  // the extra rank's chunk this core rank serves
   // One exchange with `partner`: send `S`, receive `R`, block by block; send
   // i and receive i form one step where both exist.
