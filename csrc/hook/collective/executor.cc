@@ -4,11 +4,7 @@
 #include <cstdlib>
 #include <map>
 #include <optional>
-#include <thread>
 #include <vector>
-#ifdef __linux__
-#include <sched.h>
-#endif
 
 #include "hook/collective/exec_env.h"
 #include "hook/collective/recv_window.h"
@@ -87,23 +83,12 @@ std::vector<size_t> last_final_uses(const ExecEnv& env) {
   return last;
 }
 
-// ExecArgs::send_ahead's default: 2 where every rank of this host has a CPU
-// of its own (LOCAL_WORLD_SIZE, set by torchrun and the netbed, against the
-// CPUs this process may run on), else 0: there the time a rank spends waiting
-// for a message runs a rank that shares its CPU, and a send posted ahead
-// takes that CPU from it (netbed, 4 ranks on 2 loaded cores: 657-662 ms with
-// 2 ahead, 537-547 ms with none, two runs; 2 ranks: 357-527 against 401-567,
-// experiments/results/overlap).
-int default_send_ahead() {
-  const char* l = std::getenv("LOCAL_WORLD_SIZE");
-  const long local = l && *l ? std::max(1L, std::atol(l)) : 1;
-  long cpus = long(std::thread::hardware_concurrency());
-#ifdef __linux__
-  cpu_set_t set;
-  if (sched_getaffinity(0, sizeof(set), &set) == 0) cpus = CPU_COUNT(&set);
-#endif
-  return cpus > 0 && local > cpus ? 0 : 2;
-}
+// ExecArgs::send_ahead's default. Netbed, 1 Gbit/s, 64 MB, dynamiq 5 bits
+// ring, 2-core guest at load average 5 (experiments/results/overlap): none /
+// 2 ahead, 2 ranks 239 / 151 ms, 4 ranks (2 per core) 298 / 255 ms. (Before
+// sends waited for a missing message only, 2 ahead made 4 ranks on 2 loaded
+// cores 18-23 % slower.)
+int default_send_ahead() { return 2; }
 
 int send_ahead_limit(const ExecEnv& env) {
   if (env.ordered) return 0;  // posting order is matching order there

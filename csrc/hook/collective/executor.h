@@ -45,8 +45,7 @@ struct ExecArgs {
   // a receive it posts the next sends whose bytes exist already (a leaf's
   // compress, a pending or final message made earlier), so the wire has the
   // next block while the kernel of this one runs. Same messages, same bytes,
-  // another posting order. 0: off; -1: $DYNAMIQ_SEND_AHEAD, else 2 where
-  // this host has a CPU per local rank ($LOCAL_WORLD_SIZE), 0 where not.
+  // another posting order. 0: off; -1: $DYNAMIQ_SEND_AHEAD, else 2.
   int send_ahead = -1;
 };
 
