@@ -152,6 +152,12 @@ class Codec {
                                                   const Local& x, const Plan& plan,
                                                   const Block& b, const RngCtx& rng,
                                                   uint8_t* out) const = 0;
+  // Raises MalformedMessage if a decode since the last finish() found a
+  // malformed message that it could not report at once (a device codec whose
+  // kernels set a flag: reading it after each decode would make the host wait
+  // for every kernel). The executor calls it once at the end of each
+  // execute() (also after a failure, to clear it). Default: nothing deferred.
+  virtual void finish() const {}
 };
 
 // Where a codec's buffers live: the executor allocates its message buffers and

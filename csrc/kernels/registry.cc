@@ -139,6 +139,7 @@ Registry& registry() {
 }  // namespace
 
 void register_codec(const std::string& name, Mode id, SchemeFactory make_scheme) {
+  DQ_CHECK(id != kModeAuto && name != "auto", "register_codec: id 255 and the name 'auto' are mode auto's");
   registry().add(name, id, std::move(make_scheme));
 }
 

@@ -49,7 +49,8 @@ const C& host_codec_as(const Codec& host) {
 }
 
 // Adds a mode. Throws Error for an empty name or factory, or a name or id
-// that is taken. Entries stay for the life of the process.
+// that is taken, and for id 255 or the name "auto" (mode auto, config.h kModeAuto).
+// Entries stay for the life of the process.
 void register_codec(const std::string& name, Mode id, SchemeFactory make_scheme);
 // Adds (mode, device)'s device codec factory. Throws Error for an unknown
 // mode, a missing make_codec, or a pair that already has one.

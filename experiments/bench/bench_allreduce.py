@@ -14,7 +14,9 @@ Rows (`--methods`):
   gloo                     torch.distributed.all_reduce in the bucket dtype (--dtype): the baseline
   fp16                     the code path of torch's fp16_compress_hook: cast, divide, Gloo fp16 all-reduce, cast back
   <mode>:<topo>[:<bits>][@<block>]  dynamiq.all_reduce, e.g. none:ring, dynamiq:butterfly:5, lossless:ring,
-                           bitsplit:twostep:4, dynamiq:ring:5@256k (pipelining block of 256 KiB)
+                           bitsplit:twostep:4, dynamiq:ring:5@256k (pipelining block of 256 KiB),
+                           dynamiq:hierarchical:5 (ranks per node: --local-size / LOCAL_WORLD_SIZE),
+                           auto:ring:5 (mode auto; the modes it chose are in the JSON and the table)
   ddp:<hook>               a DDP model whose gradients are exactly one bucket of the size: time of
                            backward() minus the same backward under no_sync() (compute only), so it is
                            the hook's exposed communication time. <hook> = allreduce (DDP's default),
@@ -80,10 +82,15 @@ def collective_runner(method: str, x: torch.Tensor, world: int):
     name = dist.group.WORLD.group_name
     seq = [0]
 
+    choices = []
+
     def run():
         seq[0] += 1
         st = run_collective(x, name, cfg, "mean", seq[0])
+        if st.get("auto_choice"):
+            choices.append(st["auto_choice"])
         return st["bytes_sent"] + st["meta_bytes_sent"]
+    run.choices = choices  # mode auto: the mode of each call, warm-up included
     return run
 
 
@@ -183,6 +190,8 @@ def rank_main(rank: int, world: int, args, init_method: str, out_path: str) -> N
                     run = collective_runner(method, x, world)
                     row.times, row.wire_bytes_per_rank = benchlib.time_collective(
                         run, args.repeats, args.warmup, prepare=lambda: x.copy_(x0))
+                    if getattr(run, "choices", None):
+                        row.extra["auto_choices"] = list(run.choices)
             except Exception as e:  # noqa: BLE001 - a failing peer is a failed row, not a missing one
                 row.error = f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"
                 # a broken collective can leave the group unusable: stop this world's rows here
@@ -224,7 +233,8 @@ def run_world_netbed(world: int, args) -> list:
     tmp = tempfile.mkdtemp(prefix="dynamiq-bench-")
     out = os.path.join(tmp, "rows.json")
     argv = ["--worker", out] + sys.argv[1:]
-    res = run(os.path.abspath(__file__), argv, world=world, rate=args.netbed, timeout=args.timeout, stream=0)
+    res = run(os.path.abspath(__file__), argv, world=world, rate=args.netbed, timeout=args.timeout, stream=0,
+              local_size=args.local_size)
     if not os.path.exists(out):
         res.raise_for_failure()
         raise SystemExit(f"world {world}: no results")
@@ -239,7 +249,12 @@ def report(rows: list, args, rate_bps: float) -> str:
     base = {(r["world"], r["bytes"]): r for r in rows if r["method"] == "gloo" and not r["error"]}
     table = []
     for r in rows:
-        cells = [str(r["world"]), benchlib.fmt_bytes(r["bytes"]), r["method"]]
+        method = r["method"]
+        ch = (r.get("extra") or {}).get("auto_choices")
+        if ch:  # the modes auto chose in the timed calls (the last `repeats` ones)
+            timed = ch[-len(r["times"]):]
+            method += " (" + ", ".join(f"{m} {timed.count(m)}" for m in sorted(set(timed))) + ")"
+        cells = [str(r["world"]), benchlib.fmt_bytes(r["bytes"]), method]
         if r["error"]:
             table.append(cells + ["failed: " + r["error"]] + [""] * (len(headers) - 4))
             continue
@@ -275,6 +290,8 @@ def main(argv=None) -> None:
     p.add_argument("--repeats", type=int, default=7)
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--netbed", default=None, help="run in the emulated cluster at this rate (e.g. 1gbit); root")
+    p.add_argument("--local-size", type=int, default=None,
+                   help="netbed: two levels, this many ranks per node, --netbed's rate only between nodes")
     p.add_argument("--timeout", type=float, default=3600)
     p.add_argument("--pg-timeout", type=float, default=600)
     p.add_argument("--study", default=None,
@@ -290,11 +307,16 @@ def main(argv=None) -> None:
              else "All-reduce on loopback: dynamiq's driver against Gloo")
     run = results_io.Run(study, title, script=__file__, argv=argv, out=args.out)
     rows = []
+    load0 = os.getloadavg()[0]
     for w in args.worlds:
         rows += run_world_netbed(w, args) if args.netbed else run_world_local(w, args)
     rate_bps = benchlib.parse_rate(args.netbed) if args.netbed else 0.0
     md = report(rows, args, rate_bps)
     where = f"netbed at {args.netbed} per link" if args.netbed else "loopback (unshaped)"
+    if args.netbed and args.local_size:
+        where = (f"netbed, two levels: {args.local_size} ranks per node, unshaped inside a node, "
+                 f"{args.netbed} per rank between nodes")
+    where += f"; load average before the run {load0:.1f}, after {os.getloadavg()[0]:.1f} (2 shared cores)"
     header = (f"Network: {where}. Buckets: {args.dtype}. "
               f"Time = slowest rank, median of {args.repeats} repeats; spread = (max-min)/median; "
               f"{benchlib.BUSBW_FORMULA}; speedup = Gloo's median / this row's median (same run); "

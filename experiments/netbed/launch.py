@@ -267,15 +267,20 @@ class Netbed:
     ingress: also shape the switch-to-rank direction, so a rank cannot receive faster than ``rate`` either.
     delay: one-way added delay (e.g. "5ms"); needs netem, refused with a clear error where the kernel lacks it.
     subnet: "A.B.C.0/24" for the rank addresses (default 198.18.0.0/24, RFC 2544 benchmarking space).
+    local_size: two levels: ``local_size`` consecutive ranks per node, packets between a node's ranks
+        unshaped, ``rate`` only between nodes; LOCAL_WORLD_SIZE is set to it (default None: one level).
     """
 
     def __init__(self, world: int, rate: str | float | None = "1gbit", *, loopback: bool | str = False,
                  ingress: bool = False, delay: str | None = None, subnet: str | None = None, mtu: int = 1500,
                  master_port: int | None = None, run_id: str | None = None, handle_signals: bool = True,
-                 kill_wait: float = 3.0):
+                 kill_wait: float = 3.0, local_size: int | None = None):
         if not isinstance(world, int) or not 1 <= world <= 253:
             raise NetbedError(f"world must be an integer in 1..253, got {world!r}")
         self.world = world
+        if local_size is not None and (not isinstance(local_size, int) or local_size < 1 or world % local_size):
+            raise NetbedError(f"local_size must divide world ({world}), got {local_size!r}")
+        self.local_size = local_size
         self.rate_bps = parse_rate(rate)
         if loopback == "auto":
             ok, why = netbed_available()
@@ -341,6 +346,8 @@ class Netbed:
                 "--rate", "none" if self.rate_bps is None else f"{self.rate_bps}bit", "--mtu", str(self.mtu)]
         if self.ingress:
             args.append("--ingress")
+        if self.local_size and not self.loopback:
+            args += ["--local-size", str(self.local_size)]
         if self.delay:
             args += ["--delay", str(self.delay)]
         if self.subnet:
@@ -441,7 +448,7 @@ class Netbed:
             "RANK": str(rank),
             "WORLD_SIZE": str(self.world),
             "LOCAL_RANK": str(rank),
-            "LOCAL_WORLD_SIZE": str(self.world),
+            "LOCAL_WORLD_SIZE": str(self.local_size or self.world),
             "GLOO_SOCKET_IFNAME": spec.ifname,
             "TP_SOCKET_IFNAME": spec.ifname,
             "NETBED_RUN_ID": self.run_id,
@@ -593,6 +600,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--delay", help="added one-way delay, e.g. 5ms (needs netem in the kernel)")
     ap.add_argument("--subnet", help="A.B.C.0/24 for rank addresses (default 198.18.0.0/24)")
     ap.add_argument("--mtu", type=int, default=1500)
+    ap.add_argument("--local-size", type=int, help="two levels: ranks per node, RATE only between nodes")
     ap.add_argument("--timeout", type=float, default=600, help="per-rank time limit in seconds (default 600)")
     ap.add_argument("--grace", type=float, default=10, help="seconds the others get after a rank fails (default 10)")
     ap.add_argument("--logdir", help="directory for rank<k>.log (default a new /tmp/dqnb-* directory)")
@@ -614,7 +622,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     tee = None if a.tee == "none" else a.tee
     try:
         with Netbed(a.world, a.rate or "1gbit", loopback=a.loopback, ingress=a.ingress, delay=a.delay,
-                    subnet=a.subnet, mtu=a.mtu, run_id=a.run_id) as nb:
+                    subnet=a.subnet, mtu=a.mtu, run_id=a.run_id, local_size=a.local_size) as nb:
             where = "loopback" if nb.loopback else f"netbed {nb.run_id} at {format_rate(nb.rate_bps)}"
             print(f"netbed: {a.world} ranks on {where}: " + ", ".join(f"{r.rank}={r.addr}" for r in nb.ranks),
                   file=sys.stderr, flush=True)

@@ -4,6 +4,7 @@
 #   netbed.sh check                       can this host build a netbed? (root, ip, tc, a probe namespace)
 #   netbed.sh up --id ID --world N [--rate RATE|none] [--ingress] [--delay D]
 #                [--subnet A.B.C.0/24] [--mtu M] [--burst BYTES] [--latency T] [--owner PID]
+#                [--local-size L]    two levels: L ranks per node, RATE only between nodes
 #   netbed.sh down --id ID | --stale | --all
 #   netbed.sh status [--id ID]
 #   netbed.sh exec ID RANK CMD [ARGS...]  run CMD inside rank RANK's namespace
@@ -18,6 +19,8 @@
 #   ...                                                |   (bridge-nf-call-* = 0 there, STP off)
 #   netns dqnb-ID-r<N-1>                  --veth------+
 #
+# With --local-size L, ranks L*j..L*j+L-1 are node j: a rank's packets to its node's other ranks skip
+# the shaping (an htb class of their own, u32 filters on their addresses), those to other nodes go through tbf at RATE.
 # Each rank's egress (dqnb<k>) is shaped by `tc tbf` at RATE; with --ingress the bridge port towards
 # the rank is shaped as well, so a rank also cannot receive faster than RATE (full-duplex link).
 # IPv6 is disabled in the rank namespaces, so Gloo finds exactly one (IPv4) address on dqnb<k>.
@@ -268,8 +271,24 @@ up_cleanup() {
     fi
 }
 
-shape() {   # shape NS DEV: root tbf (and netem delay under it)
-    local ns=$1 dev=$2
+shape() {   # shape NS DEV [K]: root tbf (and netem delay under it); K: rank K of a two-level layout
+    local ns=$1 dev=$2 k=${3:-}
+    if [[ -n $k && $LOCAL_SIZE -gt 0 && $RATE != none ]]; then
+        # Two levels (--local-size L): ranks L*j .. L*j+L-1 form node j. An htb root sends packets to
+        # the node's other ranks to class 1:10 (100 gbit: unshaped, the bare veth is slower) and
+        # everything else to class 1:30, whose tbf shapes at RATE as on a one-level netbed: the link
+        # between nodes is shaped, the one inside a node is not. (This kernel has no prio qdisc.)
+        local node=$(( k / LOCAL_SIZE )) j
+        tc -n "$ns" qdisc add dev "$dev" root handle 1: htb default 30
+        tc -n "$ns" class add dev "$dev" parent 1: classid 1:10 htb rate 100gbit quantum 65536
+        tc -n "$ns" class add dev "$dev" parent 1: classid 1:30 htb rate 100gbit quantum 65536
+        tc -n "$ns" qdisc add dev "$dev" parent 1:30 handle 30: tbf rate "${RATE_BPS}bit" burst "$BURST" latency "$LATENCY"
+        for (( j = node * LOCAL_SIZE; j < (node + 1) * LOCAL_SIZE; j++ )); do
+            (( j == k )) && continue
+            tc -n "$ns" filter add dev "$dev" parent 1: protocol ip prio 1 u32 match ip dst "$STEM.$(( j + 1 ))/32" flowid 1:10
+        done
+        return
+    fi
     if [[ $RATE != none ]]; then
         tc -n "$ns" qdisc add dev "$dev" root handle 1: tbf rate "${RATE_BPS}bit" burst "$BURST" latency "$LATENCY"
         if [[ -n $DELAY ]]; then
@@ -282,10 +301,11 @@ shape() {   # shape NS DEV: root tbf (and netem delay under it)
 
 cmd_up() {
     local id="" world="" subnet=198.18.0.0/24 mtu=1500 owner="" ingress=0
-    RATE=1gbit; DELAY=""; BURST=""; LATENCY=20ms
+    RATE=1gbit; DELAY=""; BURST=""; LATENCY=20ms; LOCAL_SIZE=0
     while (( $# )); do
         case $1 in
             --id) id=$2; shift 2 ;;
+            --local-size) LOCAL_SIZE=$2; shift 2 ;;
             --world) world=$2; shift 2 ;;
             --rate) RATE=$2; shift 2 ;;
             --ingress) ingress=1; shift ;;
@@ -315,6 +335,10 @@ cmd_up() {
     [[ $subnet =~ ^([0-9]+)\.([0-9]+)\.([0-9]+)\.0(/24)?$ ]] || die "up: --subnet must be A.B.C.0/24, got '$subnet'"
     local base=${subnet%/24}
     local stem=${base%.0}
+    STEM=$stem
+    [[ $LOCAL_SIZE =~ ^[0-9]+$ ]] && (( LOCAL_SIZE == 0 || world % LOCAL_SIZE == 0 )) \
+        || die "up: --local-size must divide --world ($world), got '$LOCAL_SIZE'"
+    [[ $LOCAL_SIZE -eq 0 || ( -z $DELAY && $ingress -eq 0 ) ]] || die "up: --local-size does not combine with --delay or --ingress"
 
     need_root
     need_tools
@@ -336,6 +360,7 @@ cmd_up() {
     printf '%s\n' "$world" >"$state/world"
     printf '%s\n' "$RATE${RATE_BPS:+ $RATE_BPS}" >"$state/rate"
     printf '%s\n' "$base/24" >"$state/subnet"
+    printf '%s\n' "$LOCAL_SIZE" >"$state/local_size"
 
     local br k ns
     br=$(ns_br "$id")
@@ -359,7 +384,7 @@ cmd_up() {
         ip -n "$br" link set "dqnbp$k" master "$BRIDGE" up
         ip -n "$ns" addr add "$stem.$(( k + 1 ))/24" dev "dqnb$k"
         ip -n "$ns" link set "dqnb$k" up
-        shape "$ns" "dqnb$k"
+        shape "$ns" "dqnb$k" "$k"
         (( ingress )) && shape "$br" "dqnbp$k"
     done
 

@@ -49,11 +49,12 @@ def check_tensor(t: torch.Tensor, group_name: Optional[str] = None) -> Tuple[int
             return _ERR_DEVICE, (
                 "dynamiq: CUDA tensors are not supported by this build (it was built without nvcc); "
                 "reinstall with the CUDA toolkit on the PATH, or all-reduce CPU tensors over Gloo")
-        if devs is not None and "cuda" not in devs:
+        if not torch.cuda.is_available():
+            return _ERR_DEVICE, "dynamiq: a CUDA tensor, but torch.cuda.is_available() is False"
+        if devs is not None and "cuda" not in devs and "cpu" not in devs:
             return _ERR_DEVICE, (
-                "dynamiq: CUDA tensors need an NCCL process group (init_process_group('nccl') or "
-                "backend='cpu:gloo,cuda:nccl'); this group cannot send them. Note: the CUDA path has "
-                "not run on a GPU yet (see the README)")
+                "dynamiq: CUDA tensors need an NCCL process group, or a Gloo one (staged through "
+                "host memory); this group has neither")
     elif t.device.type == "cpu":
         if devs is not None and "cpu" not in devs:
             return _ERR_DEVICE, (
@@ -76,6 +77,16 @@ def comm_device(t: Optional[torch.Tensor], group_name: str) -> str:
     if "cpu" not in devs and "cuda" in devs and torch.cuda.is_available():
         return f"cuda:{torch.cuda.current_device()}"  # an NCCL-only group: header on the GPU
     return "cpu"
+
+
+def host_staged(device: str, group_name: str, config: Config) -> bool:
+    """Whether a collective on `device` stages its CUDA buffers through page-locked host memory
+    over the group's CPU backend (Gloo): asked for (`Config.host_staging`), or the group has no
+    CUDA backend (NCCL). How several processes share one GPU."""
+    if not device.startswith("cuda"):
+        return False
+    devs = _group_devices.get(group_name, frozenset(("cpu",)))
+    return bool(config.host_staging) or "cuda" not in devs
 
 
 def comm_device_for(t: torch.Tensor, group_name: str) -> str:
@@ -110,14 +121,15 @@ def run_collective(tensor: torch.Tensor, group_name: str, config: Config, op: st
     cpp = config._to_cpp()
     if device is None:
         device = comm_device(tensor if not code else None, group_name)
+    staging = host_staged(device, group_name, config)
     if code:
         try:
-            _C.all_reduce(None, group_name, cpp, op, seq, None, code, device)
+            _C.all_reduce(None, group_name, cpp, op, seq, None, code, device, staging=staging)
         except DynamiqError:
             pass
         raise DynamiqError(msg)
     return _C.all_reduce(tensor.view(-1) if tensor.dim() != 1 else tensor, group_name, cpp, op, seq, u, 0,
-                         device, bool(timeline), local_pass)
+                         device, staging=staging, timeline=bool(timeline), local_pass=local_pass)
 
 
 def ready_event(tensor: torch.Tensor, group_name: str) -> Optional["torch.cuda.Event"]:
@@ -147,8 +159,9 @@ def all_reduce(tensor: torch.Tensor, config: Optional[Config] = None,
 
     Like `torch.distributed.all_reduce`: every rank passes a tensor of the same
     shape and dtype (float32, bfloat16 or float16, contiguous; CPU with a Gloo
-    group, or CUDA with an NCCL group in a CUDA build, a path that has not run
-    on a GPU yet); on return every rank holds the same result, `sum` or `mean` of the
+    group, or CUDA in a CUDA build with an NCCL group, or with a Gloo one
+    through page-locked host memory: `Config.host_staging`; the CUDA paths have
+    not run on a GPU yet); on return every rank holds the same result, `sum` or `mean` of the
     inputs (exactly for mode "none" and "lossless", an unbiased estimate for
     the lossy modes).
 
@@ -274,9 +287,10 @@ def run_sharded(kind: str, output: torch.Tensor, input: torch.Tensor, group_name
     if device is None:
         device = comm_device(input if not code else None, group_name)
     k = _KINDS[kind]
+    staging = host_staged(device, group_name, config)
     if code:
         try:
-            _C.sharded(k, None, group_name, cpp, op, seq, None, code, device)
+            _C.sharded(k, None, group_name, cpp, op, seq, None, code, device, staging=staging)
         except DynamiqError:
             pass
         raise DynamiqError(msg)
@@ -292,7 +306,7 @@ def run_sharded(kind: str, output: torch.Tensor, input: torch.Tensor, group_name
         dst = output.view(-1)
         if mp != m or _overlaps(dst, src):
             dst = _staging_buffer("output", mp, output)
-        stats = _C.sharded(k, (src, dst), group_name, cpp, op, seq, u, 0, device, input.numel())
+        stats = _C.sharded(k, (src, dst), group_name, cpp, op, seq, u, 0, device, input.numel(), staging=staging)
         if dst.data_ptr() != output.data_ptr():
             output.view(-1).copy_(dst[:m])
         return stats
@@ -308,7 +322,8 @@ def run_sharded(kind: str, output: torch.Tensor, input: torch.Tensor, group_name
         slot = buf[rank * m:(rank + 1) * m]
         if slot.data_ptr() != input.data_ptr():  # (FSDP passes the output's own slot: nothing to copy)
             slot.copy_(input.view(-1))
-    stats = _C.sharded(k, (buf, buf), group_name, cpp, "sum", seq, None, 0, device, output.numel())
+    stats = _C.sharded(k, (buf, buf), group_name, cpp, "sum", seq, None, 0, device, output.numel(),
+                       staging=staging)
     if mp != m:
         output.view(world, m).copy_(buf.view(world, mp)[:, :m])
     return stats

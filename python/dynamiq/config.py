@@ -5,10 +5,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-TOPOLOGIES = ("ring", "butterfly", "twostep")
+TOPOLOGIES = ("ring", "butterfly", "twostep", "hierarchical")
+AUTO = "auto"
 _ALLOWED_WIDTHS = (1, 2, 4, 8, 16)
 _DYNAMIQ_ROUNDING = ("correlated", "independent")
 _BITSPLIT_ROUNDING = ("stochastic", "nearest")
@@ -47,12 +49,30 @@ class Config:
     Fields:
       mode: "dynamiq" (lossy: variable 2/4/8-bit widths under a bit budget),
         "lossless" (exponent coding, bit-identical to "none"), "bitsplit"
-        (INT2-INT8 group quantization), or "none" (uncompressed, through the
-        same driver).
+        (INT2-INT8 group quantization), "none" (uncompressed, through the
+        same driver), or "auto": per bucket one of `auto_lossy`, "lossless"
+        and "none", whichever a cost model (measured link bandwidth and
+        latency, this machine's codec speed, the bucket's size) predicts
+        fastest, the same on every rank (docs/modes.md "auto"; stats
+        "auto_choice").
       topology: "ring", "butterfly" (any world size; on one that is not a
         power of two the extra ranks send to and receive from the chunk
         owners, slower than ring there: README "Choosing a topology"), or
-        "twostep".
+        "twostep", or "hierarchical": ranks grouped by node (`local_size`
+        consecutive ranks per node), a reduce-scatter inside each node in
+        `intra_mode`, an all-reduce in `mode` between nodes over each local
+        rank's shard (a ring per local rank), an all-gather inside each
+        node; all-reduce only (not reduce-scatter / all-gather).
+      local_size: ranks per node for topology "hierarchical"; None takes
+        torchrun's LOCAL_WORLD_SIZE at each call. Must be equal on every rank
+        and divide the world size (else every rank raises DynamiqError).
+      intra_mode: mode of the intra-node phases of "hierarchical": "none"
+        (default) or "lossless".
+      auto_lossy: the lossy candidate of mode "auto": "dynamiq" (default) or
+        "bitsplit", at `bits`.
+      auto_bandwidth: mode "auto": link bandwidth in bytes/s per rank to
+        assume instead of measuring it (None: measured from the group's
+        collectives); auto_latency likewise, in seconds per message round.
       bits: dynamiq: budget in bits per coordinate including group and
         super-group scales: more than 2, at most 16, and at least the
         narrowest allowed width's cost with its scales (2.5625 for the
@@ -104,6 +124,12 @@ class Config:
         other, each with its own statistics, plan and randomness: bounds
         dynamiq's working memory, which grows with the bucket (DDP's first
         step all-reduces the whole model as one bucket). 0: never split.
+      host_staging: CUDA tensors go device -> page-locked host -> the
+        group's CPU backend (Gloo) -> host -> device instead of through NCCL
+        (rank-local, not part of the wire format; every rank of a group must
+        choose alike). Automatic when the group has no CUDA backend. Lets
+        several processes share one GPU (NCCL refuses two ranks on one
+        device), and serves machines without NCCL between them.
     """
 
     VERSION = 1
@@ -126,14 +152,33 @@ class Config:
     min_compress_numel: int = 4096
     window_bytes: int = 16 * 1024 * 1024
     max_collective_bytes: int = 256 * 1024 * 1024
+    host_staging: bool = False
+    local_size: Optional[int] = None
+    intra_mode: str = "none"
+    auto_lossy: str = "dynamiq"
+    auto_bandwidth: Optional[float] = None
+    auto_latency: Optional[float] = None
 
     def __post_init__(self) -> None:
         modes = _modes()
-        if self.mode not in modes:
-            raise _err("mode", self.mode, ", ".join(modes))
+        if self.mode not in modes + [AUTO]:
+            raise _err("mode", self.mode, ", ".join(modes + [AUTO]))
         if self.topology not in TOPOLOGIES:
             raise _err("topology", self.topology, ", ".join(TOPOLOGIES))
-        for name in ("log_scales", "uniform_levels", "hierarchical_scales"):
+        if self.local_size is not None and (not isinstance(self.local_size, int) or isinstance(self.local_size, bool)
+                                            or not 1 <= self.local_size <= 1 << 16):
+            raise _err("local_size", self.local_size, "None (torchrun's LOCAL_WORLD_SIZE) or an integer in [1, 65536]")
+        if self.intra_mode not in ("none", "lossless"):
+            raise _err("intra_mode", self.intra_mode, "'none', 'lossless' (the intra-node phases are exact)")
+        lossy = [m for m in modes if m not in ("none", "lossless")]
+        if self.auto_lossy not in lossy:
+            raise _err("auto_lossy", self.auto_lossy, ", ".join(lossy))
+        for name in ("auto_bandwidth", "auto_latency"):
+            v = getattr(self, name)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0
+                                  or math.isnan(float(v))):
+                raise _err(name, v, "None (measured) or a number >= 0 (inf allowed)")
+        for name in ("log_scales", "uniform_levels", "hierarchical_scales", "host_staging"):
             if not isinstance(getattr(self, name), bool):
                 raise _err(name, getattr(self, name), "True, False")
         if not isinstance(self.seed, int) or isinstance(self.seed, bool) or not 0 <= self.seed < 2**64:
@@ -160,7 +205,8 @@ class Config:
             raise _err("supergroup_size", self.supergroup_size, "an integer in [16, 65536]")
         if self.allocator not in ("fast", "exact"):
             raise _err("allocator", self.allocator, "'fast', 'exact'")
-        if self.mode == "dynamiq":
+        cmode = self.codec_mode
+        if cmode == "dynamiq":
             if not 2.0 < float(self.bits) <= 16.0:
                 raise _err("bits", self.bits, "2 < bits <= 16 for mode='dynamiq' (budget incl. metadata)")
             if self.rounding not in (None,) + _DYNAMIQ_ROUNDING:
@@ -171,7 +217,7 @@ class Config:
                 if float(self.bits) < floor:
                     raise _err("bits", self.bits, f">= {floor:.4f} for widths {widths} (the smallest width's "
                                "cost per coordinate including its scales)")
-        if self.mode == "bitsplit":
+        if cmode == "bitsplit":
             if float(self.bits) != int(self.bits) or not 2 <= int(self.bits) <= 8:
                 raise _err("bits", self.bits, "an integer width 2..8 for mode='bitsplit'")
             if self.rounding not in (None,) + _BITSPLIT_ROUNDING:
@@ -179,7 +225,7 @@ class Config:
         if self.mode in ("none", "lossless") and self.rounding is not None:
             raise _err("rounding", self.rounding, f"None for mode={self.mode!r} (it is exact)")
         gs = self.group_size if self.group_size is not None else 16
-        if self.mode == "dynamiq" and self.supergroup_size % gs != 0:
+        if cmode == "dynamiq" and self.supergroup_size % gs != 0:
             raise _err("supergroup_size", self.supergroup_size, f"a multiple of group_size ({gs})")
         if self.spike_reserve not in (None, True, False):
             raise _err("spike_reserve", self.spike_reserve, "None, True, False")
@@ -213,10 +259,25 @@ class Config:
 
     # -- derived --------------------------------------------------------------
     @property
+    def codec_mode(self) -> str:
+        """The mode whose rules `bits`, `rounding`, ... follow: `auto_lossy` for mode "auto"."""
+        return self.auto_lossy if self.mode == AUTO else self.mode
+
+    @property
     def effective_rounding(self) -> Optional[str]:
         if self.rounding is not None:
             return self.rounding
-        return {"dynamiq": "correlated", "bitsplit": "stochastic"}.get(self.mode)
+        return {"dynamiq": "correlated", "bitsplit": "stochastic"}.get(self.codec_mode)
+
+    def resolved_local_size(self) -> int:
+        """Ranks per node for topology "hierarchical": local_size, else torchrun's
+        LOCAL_WORLD_SIZE, else 0 (every rank then raises at the collective)."""
+        if self.local_size is not None:
+            return self.local_size
+        try:
+            return max(0, int(os.environ.get("LOCAL_WORLD_SIZE", "0")))
+        except ValueError:
+            return 0
 
     def replace(self, **changes: Any) -> "Config":
         return dataclasses.replace(self, **changes)
@@ -258,8 +319,15 @@ class Config:
         from . import _C
 
         c = _C.CollectiveConfig()
-        c.mode = _C.mode_id(self.mode)
+        c.mode = _C.MODE_AUTO if self.mode == AUTO else _C.mode_id(self.mode)
         c.topology = TOPOLOGIES.index(self.topology)
+        if self.topology == "hierarchical":
+            c.local_size = self.resolved_local_size()
+            c.intra_mode = _C.mode_id(self.intra_mode)
+        if self.mode == AUTO:
+            c.auto_lossy = _C.mode_id(self.auto_lossy)
+            c.auto_bandwidth = 0.0 if self.auto_bandwidth is None else float(self.auto_bandwidth)
+            c.auto_latency = -1.0 if self.auto_latency is None else float(self.auto_latency)
         c.seed = self.seed
         c.bits = float(self.bits)
         c.widths_mask = sum(1 << w for w in self.widths)

@@ -400,7 +400,8 @@ TEST(CudaCollective, SuperGroupsTooLargeForSharedMemoryRaiseBeforeAnySend) {
 
 // Malformed input raises MalformedMessage from the CUDA codecs as from the CPU
 // ones: a wrong size (before any launch) and, for bit-split, a spike index out
-// of range (a device flag); the codec decodes the next good message normally.
+// of range (a device flag, raised by finish(), which the executor calls once
+// per collective); the codec decodes the next good message normally.
 TEST(CudaCollective, MalformedMessagesRaiseAndTheCodecRecovers) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
   const BitsplitParams prm{2, 32, true, false};
@@ -428,13 +429,19 @@ TEST(CudaCollective, MalformedMessagesRaiseAndTheCodecRecovers) {
   std::vector<uint8_t> bad = good;
   bad.back() = 255;  // the last spike index: past its group
   ASSERT_EQ(cudaMemcpy(dm, bad.data(), bytes, cudaMemcpyHostToDevice), cudaSuccess);
-  EXPECT_THROW(codec.decompress(dm, bytes, plan, all, y), MalformedMessage);
+  // (a spike index is checked on the device: finish(), once per collective, raises)
+  EXPECT_NO_THROW(codec.finish());
+  codec.decompress(dm, bytes, plan, all, y);
+  EXPECT_THROW(codec.finish(), MalformedMessage);
+  EXPECT_NO_THROW(codec.finish()) << "the flag was not cleared";
   std::vector<float> acc(size_t(plan.num_units * plan.unit));
   float* dacc = nullptr;
   ASSERT_EQ(cudaMalloc(&dacc, acc.size() * sizeof(float)), cudaSuccess);
-  EXPECT_THROW(codec.decompress_accumulate(dm, bytes, lx, plan, all, dacc), MalformedMessage);
+  codec.decompress_accumulate(dm, bytes, lx, plan, all, dacc);
+  EXPECT_THROW(codec.finish(), MalformedMessage);
   ASSERT_EQ(cudaMemcpy(dm, good.data(), bytes, cudaMemcpyHostToDevice), cudaSuccess);
   EXPECT_NO_THROW(codec.decompress(dm, bytes, plan, all, y));
+  EXPECT_NO_THROW(codec.finish());
   // a message at an odd address: the device code reads 32-bit words, so it is
   // refused before any launch instead of faulting on a GPU
   uint8_t* odd = nullptr;
@@ -596,6 +603,7 @@ TEST(CudaCollective, TheDriverKeepsAllDeviceWorkOnTheCurrentStream) {
     }
     std::vector<std::thread::id> thread_of(static_cast<size_t>(n));
     std::vector<CallStats> ds(static_cast<size_t>(n));
+    clear_device_codecs();  // codecs of earlier tests, which the cache could drop during the log
     dynamiq_cuda_emu::set_api_log(true);
     {
       InprocWorld world(n, std::chrono::seconds(120), &cuda::device().memory());
@@ -610,6 +618,11 @@ TEST(CudaCollective, TheDriverKeepsAllDeviceWorkOnTheCurrentStream) {
         a.seq = 5;
         a.device = &cuda::device();
         ds[size_t(r)] = all_reduce(tr, cfg, a);
+        EXPECT_GT(device_codecs_cached(), 0u);  // kept for the next collective on this stream
+        release_device_codecs(stream[size_t(r)]);  // (its frees are checked below)
+        // the executor's buffers are freed when this thread ends, on no stream of
+        // ours: our queued work must be done by then (as the Python worker does)
+        EXPECT_EQ(cudaStreamSynchronize(stream[size_t(r)]), cudaSuccess);
       });
     }
     const std::vector<dynamiq_cuda_emu::ApiCall> log = dynamiq_cuda_emu::api_log();
@@ -626,7 +639,12 @@ TEST(CudaCollective, TheDriverKeepsAllDeviceWorkOnTheCurrentStream) {
       EXPECT_TRUE(name != "cudaMalloc" && name != "cudaFree" && name != "cudaMemcpy" && name != "cudaMemset" &&
                   name != "cudaDeviceSynchronize")
           << name << ": synchronises with the legacy default stream (and the training's kernels)";
-      if (name != "cudaFreeAsync" && name != "cudaMemPoolTrimTo")
+      // cudaFreeHost waits for the whole device: only the codecs' release at the end (a
+      // worker's teardown) may call it, once per rank (counted below)
+      if (name == "cudaFreeHost") continue;
+      // (page-locked allocations and event waits name no stream)
+      if (name != "cudaFreeAsync" && name != "cudaMemPoolTrimTo" && name != "cudaHostAlloc" &&
+          name != "cudaEventSynchronize")
         EXPECT_EQ(call.stream, mine) << name << " on another stream than its rank's";
       if (name == "cudaFreeAsync") EXPECT_TRUE(call.stream == mine || call.stream == nullptr) << name;
     }
@@ -635,6 +653,7 @@ TEST(CudaCollective, TheDriverKeepsAllDeviceWorkOnTheCurrentStream) {
     EXPECT_GT(count["cudaStreamSynchronize"], 0);
     EXPECT_GT(count["cudaMallocFromPoolAsync"], 0);
     EXPECT_EQ(count["cudaMallocFromPoolAsync"], count["cudaFreeAsync"]) << "device memory not given back";
+    EXPECT_LE(count["cudaFreeHost"], n);
 
     for (int r = 0; r < n; ++r) {
       std::vector<uint8_t> got(input[size_t(r)].size());

@@ -54,6 +54,14 @@ std::vector<Variant> variants() {
       {"min_compress_numel", [](CollectiveConfig& c) { c.min_compress_numel = 1024; }},
       {"max_collective_bytes", [](CollectiveConfig& c) { c.max_collective_bytes = int64_t(64) << 20; }},
       {"max_collective_bytes 0 (never split)", [](CollectiveConfig& c) { c.max_collective_bytes = 0; }},
+      // hierarchical's fields count only under that topology, auto's only in mode auto
+      {"topology hierarchical", [](CollectiveConfig& c) { c.topology = Topology::kHierarchical; }},
+      {"local_size", [](CollectiveConfig& c) { c.topology = Topology::kHierarchical; c.local_size = 2; }},
+      {"intra_mode", [](CollectiveConfig& c) { c.topology = Topology::kHierarchical; c.intra_mode = mode_id("lossless"); }},
+      {"mode auto", [](CollectiveConfig& c) { c.mode = kModeAuto; }},
+      {"auto_lossy", [](CollectiveConfig& c) { c.mode = kModeAuto; c.auto_lossy = mode_id("bitsplit"); }},
+      {"auto_bandwidth", [](CollectiveConfig& c) { c.mode = kModeAuto; c.auto_bandwidth = 1e9; }},
+      {"auto_latency", [](CollectiveConfig& c) { c.mode = kModeAuto; c.auto_latency = 1e-4; }},
   };
 }
 
@@ -70,6 +78,19 @@ TEST(ConfigFingerprint, EveryWireFieldChangesIt) {
   }
 }
 
+// The fields of topology hierarchical and mode auto leave the other topologies' and modes'
+// fingerprints as they were (tests/golden/wire.txt holds them).
+TEST(ConfigFingerprint, NewFieldsOnlyWhereUsed) {
+  CollectiveConfig c;
+  const uint64_t f = c.fingerprint();
+  c.local_size = 4;
+  c.intra_mode = mode_id("lossless");
+  c.auto_lossy = mode_id("bitsplit");
+  c.auto_bandwidth = 1e9;
+  c.auto_latency = 1e-3;
+  EXPECT_EQ(c.fingerprint(), f);
+}
+
 TEST(ConfigFingerprint, RankLocalWindowDoesNotChangeIt) {
   CollectiveConfig c;
   const uint64_t f = c.fingerprint();
@@ -78,10 +99,10 @@ TEST(ConfigFingerprint, RankLocalWindowDoesNotChangeIt) {
 }
 
 // Every field of the struct is one of the variants above or window_bytes. On LP64 (x86-64,
-// aarch64) the struct is 104 bytes; a new field changes that: add it to the fingerprint (or
+// aarch64) the struct is 128 bytes; a new field changes that: add it to the fingerprint (or
 // say why not, as for window_bytes) and to variants(), then update the size here.
 TEST(ConfigFingerprint, NoFieldIsForgotten) {
-  EXPECT_EQ(sizeof(CollectiveConfig), 104u)
+  EXPECT_EQ(sizeof(CollectiveConfig), 128u)
       << "CollectiveConfig changed: fingerprint the new field and add it to this test's variants";
 }
 

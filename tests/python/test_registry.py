@@ -24,7 +24,7 @@ def test_modes_and_their_wire_ids():
 def test_config_takes_the_mode_list_from_C(monkeypatch):
     monkeypatch.setattr(_C, "available_modes", lambda: ["none", "dynamiq", "lossless"])
     assert dynamiq.available_modes() == ["none", "dynamiq", "lossless"]
-    with pytest.raises(dynamiq.ConfigError, match="mode='bitsplit' is invalid; allowed: none, dynamiq, lossless$"):
+    with pytest.raises(dynamiq.ConfigError, match="mode='bitsplit' is invalid; allowed: none, dynamiq, lossless, auto$"):
         dynamiq.Config(mode="bitsplit")
     dynamiq.Config(mode="lossless")
 

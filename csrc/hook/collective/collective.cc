@@ -3,13 +3,19 @@
 #include <algorithm>
 #include <chrono>
 #include <exception>
+#include <functional>
+#include <map>
 #include <memory>
+#include <mutex>
+#include <tuple>
 #include <numeric>
 #include <string>
 #include <vector>
 
 #include "hook/collective/executor.h"
 #include "hook/collective/header_exchange.h"
+#include "hook/collective/auto_mode.h"
+#include "hook/collective/hierarchical.h"
 #include "kernels/identity/identity_codec.h"
 
 namespace dynamiq {
@@ -31,6 +37,46 @@ void phase(Timeline* tl, const char* name, uint32_t slice, Clock::time_point t0,
   tl->events.push_back(e);
 }
 
+// Device codecs, made once per (config, mode, device, stream) and kept: their
+// tables (dynamiq's levels and permutation columns, its plan buffers, the
+// lossless scratch, bitsplit's flag) are allocated and uploaded once, not at
+// every collective. A codec made for a stream runs only there (CudaCodec), so
+// the stream is part of the key. At most kMaxDeviceCodecs are kept (the
+// least recently used one is dropped). The cache is never destroyed: at exit
+// the device may be gone before static destructors run.
+using CodecKey = std::tuple<uint64_t, int, std::string, int, void*>;
+struct CodecCache {
+  std::mutex mu;
+  std::map<CodecKey, std::pair<std::shared_ptr<Codec>, uint64_t>> codecs;  // -> (codec, last use)
+  uint64_t clock = 0;
+};
+constexpr size_t kMaxDeviceCodecs = 16;
+CodecCache& codec_cache() {
+  static auto* c = new CodecCache();
+  return *c;
+}
+
+std::shared_ptr<Codec> device_codec_for(uint64_t config_fp, Mode mode, const Device& d,
+                                        const std::function<std::unique_ptr<Codec>()>& make) {
+  const CodecKey key(config_fp, int(mode), d.name(), d.memory().domain(), d.stream());
+  CodecCache& c = codec_cache();
+  std::lock_guard<std::mutex> lk(c.mu);
+  auto it = c.codecs.find(key);
+  if (it != c.codecs.end()) {
+    it->second.second = ++c.clock;
+    return it->second.first;
+  }
+  std::shared_ptr<Codec> codec = make();
+  if (c.codecs.size() >= kMaxDeviceCodecs) {
+    auto oldest = c.codecs.begin();
+    for (auto j = c.codecs.begin(); j != c.codecs.end(); ++j)
+      if (j->second.second < oldest->second.second) oldest = j;
+    c.codecs.erase(oldest);  // (a collective still using it holds its own reference)
+  }
+  c.codecs.emplace(key, std::make_pair(codec, ++c.clock));
+  return codec;
+}
+
 // Where a collective's decompressed results go (Output::bucket: element e of
 // the bucket at bucket + e). A reduce-scatter's output holds only this rank's
 // shard, chunk `rank`: the base is set back by that many elements (the codecs
@@ -46,11 +92,13 @@ void* output_base(Collective kind, void* data, void* output, int64_t numel, DTyp
 // number of blocks.
 int64_t run_exact(Transport& tr, Topology topo, void* data, DType dtype, int64_t numel, ReduceOp op,
                   int64_t block_bytes, int64_t window_bytes, ExecStats& st, const Device* device = nullptr,
-                  Collective kind = Collective::kAllReduce, void* output = nullptr, Timeline* tl = nullptr,
-                  int32_t slice = 0, const char* part = "data") {
+                  Collective kind = Collective::kAllReduce, void* output = nullptr, int mean_world = 0,
+                  Timeline* tl = nullptr, int32_t slice = 0, const char* part = "data") {
   const int n = tr.size();
   IdentityCodec host_codec;
-  const std::unique_ptr<Codec> device_codec = device ? make_device_codec(kModeNone, host_codec, *device) : nullptr;
+  const std::shared_ptr<Codec> device_codec =
+      device ? device_codec_for(0, kModeNone, *device, [&] { return make_device_codec(kModeNone, host_codec, *device); })
+             : nullptr;
   const Codec& codec = device ? *device_codec : host_codec;
   int64_t unit = 256;
   if (kind != Collective::kAllReduce) {
@@ -64,7 +112,7 @@ int64_t run_exact(Transport& tr, Topology topo, void* data, DType dtype, int64_t
   ExecArgs ea;
   ea.bucket = data;
   ea.out.bucket = output_base(kind, data, output, numel, dtype, tr.rank(), n);
-  ea.out.divisor = op == ReduceOp::kMean ? float(n) : 1.0f;
+  ea.out.divisor = op == ReduceOp::kMean ? float(mean_world > 0 ? mean_world : n) : 1.0f;
   ea.window_bytes = window_bytes;
   ea.memory = device ? &device->memory() : nullptr;
   ea.timeline = tl;
@@ -76,13 +124,44 @@ int64_t run_exact(Transport& tr, Topology topo, void* data, DType dtype, int64_t
 
 }  // namespace
 
+size_t device_codecs_cached() {
+  CodecCache& c = codec_cache();
+  std::lock_guard<std::mutex> lk(c.mu);
+  return c.codecs.size();
+}
+
+void release_device_codecs(const void* stream) {
+  std::vector<std::shared_ptr<Codec>> drop;  // destroyed outside the lock
+  {
+    CodecCache& c = codec_cache();
+    std::lock_guard<std::mutex> lk(c.mu);
+    for (auto it = c.codecs.begin(); it != c.codecs.end();) {
+      if (std::get<4>(it->first) == stream) {
+        drop.push_back(std::move(it->second.first));
+        it = c.codecs.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+}
+
+void clear_device_codecs() {
+  std::map<CodecKey, std::pair<std::shared_ptr<Codec>, uint64_t>> drop;  // destroyed outside the lock
+  CodecCache& c = codec_cache();
+  {
+    std::lock_guard<std::mutex> lk(c.mu);
+    drop.swap(c.codecs);
+  }
+}
+
 void all_reduce_exact_f32(Transport& tr, Topology topo, float* data, int64_t count,
                           int64_t block_bytes, int64_t window_bytes, int64_t* bytes_sent,
                           const Device* device, Timeline* timeline, int32_t slice) {
   ExecStats es;
   if (!device) {
     run_exact(tr, topo, data, DType::kF32, count, ReduceOp::kSum, block_bytes, window_bytes, es, nullptr,
-              Collective::kAllReduce, nullptr, timeline, slice, "meta");
+              Collective::kAllReduce, nullptr, 0, timeline, slice, "meta");
     if (bytes_sent) *bytes_sent += es.bytes_sent;
     return;
   }
@@ -94,7 +173,7 @@ void all_reduce_exact_f32(Transport& tr, Topology topo, float* data, int64_t cou
   mem.from_host(d.get(), data, bytes);
   try {
     run_exact(tr, topo, d.get(), DType::kF32, count, ReduceOp::kSum, block_bytes, window_bytes, es, device,
-              Collective::kAllReduce, nullptr, timeline, slice, "meta");
+              Collective::kAllReduce, nullptr, 0, timeline, slice, "meta");
   } catch (...) {
     keep_forever(d.release());  // receives may still write there: never freed
     throw;
@@ -125,14 +204,25 @@ Path path_before_header(const CollectiveConfig& cfg, const Scheme& scheme, int w
 // wait in the exchange for the process group's timeout.
 struct Setup {
   std::unique_ptr<Scheme> scheme;
-  std::unique_ptr<Codec> device_codec;
+  std::shared_ptr<Codec> device_codec;
   std::string config_error;  // non-empty: this rank cannot run the config
   Path path = Path::kCompressed;
 };
 
+// The scheme's device codec for cfg on d (cached: device_codec_for).
+std::shared_ptr<Codec> device_codec(const CollectiveConfig& cfg, const Scheme& scheme, const Device& d) {
+  return device_codec_for(cfg.fingerprint(), scheme.mode(), d, [&] { return scheme.device_codec(d); });
+}
+
 Setup set_up(const CollectiveConfig& cfg, const CallArgs& a, int world, bool ok_input) {
   Setup s;
   try {
+    if (cfg.mode == kModeAuto)
+      throw Error(std::string("dynamiq ") + collective_name(a.kind) +
+                  ": mode 'auto' runs all-reduces only; name the mode (none, lossless, ...)");
+    if (cfg.topology == Topology::kHierarchical)
+      throw Error(std::string("dynamiq ") + collective_name(a.kind) +
+                  ": topology 'hierarchical' runs all-reduces only; use ring, butterfly or twostep");
     s.scheme = make_scheme(cfg);
     if (a.kind == Collective::kAllGather && !s.scheme->exact())
       throw Error(std::string("dynamiq all-gather: mode '") + mode_name(cfg.mode) +
@@ -141,7 +231,7 @@ Setup set_up(const CollectiveConfig& cfg, const CallArgs& a, int world, bool ok_
     // A device's codec is made now when the bucket may take the compressed
     // path, so that a config its kernels cannot run (on a GPU: super-groups
     // over the shared memory of a block) is reported here too.
-    if (a.device && ok_input && s.path == Path::kCompressed) s.device_codec = s.scheme->device_codec(*a.device);
+    if (a.device && ok_input && s.path == Path::kCompressed) s.device_codec = device_codec(cfg, *s.scheme, *a.device);
   } catch (const Error& e) {
     s.config_error = e.what();
     if (s.config_error.empty()) s.config_error = "dynamiq: invalid config";
@@ -252,7 +342,7 @@ ExecArgs compressed_exec_args(Transport& tr, const CollectiveConfig& cfg, const 
   ea.bucket = a.data;
   ea.out.bucket = output_base(a.kind, a.data, a.output, a.numel, a.dtype, tr.rank(), n);
   ea.out.bias_scale = float(n);
-  ea.out.divisor = a.op == ReduceOp::kMean ? float(n) : 1.0f;
+  ea.out.divisor = a.op == ReduceOp::kMean ? float(a.mean_world > 0 ? a.mean_world : n) : 1.0f;
   ea.window_bytes = cfg.window_bytes;
   ea.rng.key = make_rng_key(cfg.seed, a.seq, slice);
   ea.rng.rank = tr.rank();
@@ -309,12 +399,17 @@ CallStats all_reduce_one(Transport& tr, const CollectiveConfig& cfg, const CallA
   phase(a.timeline, "local", slice, t0, t1);
 
   t0 = Clock::now();
-  const HeaderVerdict hdr = exchange_header(
-      tr, collective_header_fields(cfg, a, slice),
-      {pass.nonfinite, local_error, !ok_config, pass.error != nullptr, a.kind});
+  std::vector<HeaderField> fields = collective_header_fields(cfg, a, slice);
+  if (a.auto_exchange)
+    fields.push_back({"mode auto's config (auto_lossy, auto_bandwidth, auto_latency)", a.auto_exchange->fingerprint});
+  const HeaderVerdict hdr =
+      exchange_header(tr, fields,
+                      {pass.nonfinite, local_error, !ok_config, pass.error != nullptr, a.kind,
+                       a.auto_exchange ? &a.auto_exchange->local : nullptr});
   t1 = Clock::now();
   cs.t_header = secs(t0, t1);
   phase(a.timeline, "header", slice, t0, t1);
+  if (a.auto_exchange && hdr.error.empty()) a.auto_exchange->sums = hdr.sums;
   if (!ok_config) throw Error(setup.config_error);  // the detailed error; peers raise hdr.error
   if (pass.error) std::rethrow_exception(pass.error);
   if (null_data)
@@ -335,13 +430,14 @@ CallStats all_reduce_one(Transport& tr, const CollectiveConfig& cfg, const CallA
     cs.bits_per_coord = 8.0 * dtype_size(a.dtype);
     t0 = Clock::now();
     cs.blocks = run_exact(tr, cfg.topology, a.data, a.dtype, a.numel, a.op, cfg.exact_block_bytes(),
-                          cfg.window_bytes, cs, a.device, a.kind, a.output, a.timeline, int32_t(slice));
+                          cfg.window_bytes, cs, a.device, a.kind, a.output, a.mean_world, a.timeline,
+                          int32_t(slice));
     phase(a.timeline, "exact", slice, t0, Clock::now());
     finish(cs, t_start, a);
     return cs;
   }
   const Layout l = plan_compressed(tr, cfg, a, *setup.scheme, pass.stats, cs, slice);
-  if (a.device && !setup.device_codec) setup.device_codec = setup.scheme->device_codec(*a.device);
+  if (a.device && !setup.device_codec) setup.device_codec = device_codec(cfg, *setup.scheme, *a.device);
   const Codec& codec = a.device ? *setup.device_codec : setup.scheme->codec();
   t0 = Clock::now();
   execute(tr, codec, l.plan, l.bt, l.prog, compressed_exec_args(tr, cfg, a, slice), cs);
@@ -430,6 +526,8 @@ int64_t padded_shard(const CollectiveConfig& cfg, Collective kind, int world, in
 
 CallStats all_reduce(Transport& tr, const CollectiveConfig& cfg, const CallArgs& a) {
   if (a.kind != Collective::kAllReduce) return collective(tr, cfg, a);
+  if (cfg.topology == Topology::kHierarchical) return hierarchical_all_reduce(tr, cfg, a);
+  if (cfg.mode == kModeAuto) return auto_all_reduce(tr, cfg, a);
   const int64_t es = dtype_size(a.dtype);
   const int64_t max_numel =
       cfg.max_collective_bytes > 0 ? std::max<int64_t>(cfg.max_collective_bytes / es, 4096) : INT64_MAX;

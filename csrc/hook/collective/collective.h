@@ -22,6 +22,17 @@
 
 namespace dynamiq {
 
+struct AutoState;  // auto_mode.h
+
+// Mode auto's part of one header exchange (auto_mode.h): this rank's numbers
+// in, their sums over the ranks out; the fingerprint of the auto config is
+// compared like the other fields.
+struct AutoExchange {
+  std::vector<int64_t> local;
+  std::vector<int64_t> sums;
+  uint64_t fingerprint = 0;
+};
+
 // Which path a bucket took. Values are reported to Python: never renumber.
 enum class Path : int32_t {
   kCompressed = 0,
@@ -95,6 +106,13 @@ struct CallArgs {
   Timeline* timeline = nullptr;
   // Non-null: this bucket's local pass, run earlier (see PrecomputedLocalPass).
   const PrecomputedLocalPass* local_pass = nullptr;
+  // kMean divides by this many ranks (0: the transport's size). The
+  // hierarchical topology's inter-node all-reduce divides by the whole world.
+  int32_t mean_world = 0;
+  // Mode auto: the group's state (measured link, codec costs; null: a fresh
+  // one, so the bucket runs mode none), and the driver's header extension.
+  AutoState* auto_state = nullptr;
+  AutoExchange* auto_exchange = nullptr;
 };
 
 // Runs the local pass of an all-reduce of `args` under `cfg` now (host
@@ -129,6 +147,15 @@ struct CallStats : ExecStats {
   int64_t alloc_passes = 0;
   int64_t alloc_exact = 0;
   int64_t alloc_fallbacks = 0;
+  // Topology hierarchical (hierarchical.h): bytes this rank sent in the
+  // inter-node all-reduce, and the phases' times (reduce-scatter and
+  // all-gather inside the node, all-reduce between nodes).
+  int64_t inter_bytes_sent = 0;
+  double t_intra = 0.0, t_inter = 0.0;
+  // Mode auto: the mode this bucket ran in (-1: not auto) and the cost
+  // model's predicted seconds for none, lossless and the lossy mode.
+  int32_t auto_choice = -1;
+  double auto_predicted[3] = {0.0, 0.0, 0.0};
 };
 
 // Runs the collective in place on args.data. Throws Error (same message on
@@ -176,5 +203,14 @@ void all_reduce_exact_f32(Transport& tr, Topology topo, float* data, int64_t cou
 // two-step was also a little faster and a butterfly a little slower than the
 // ring: experiments/results/nccl_order/), else the data topology.
 Topology metadata_topology(Topology data_topology, int world);
+
+// How many device codecs the driver keeps made (one per config, mode, device
+// and stream, at most 16: their tables are uploaded once, not per collective).
+size_t device_codecs_cached();
+// Drops the cached device codecs made for `stream` (their device memory is
+// freed on it): before the stream is destroyed.
+void release_device_codecs(const void* stream);
+// Drops every cached device codec (tests: a clean count of device calls).
+void clear_device_codecs();
 
 }  // namespace dynamiq

@@ -12,6 +12,7 @@ const char* topology_name(Topology t) {
     case Topology::kRing: return "ring";
     case Topology::kButterfly: return "butterfly";
     case Topology::kTwoStep: return "twostep";
+    case Topology::kHierarchical: return "hierarchical";
   }
   return "?";
 }
@@ -61,13 +62,22 @@ uint64_t CollectiveConfig::fingerprint() const {
   f.add(block_bytes);
   f.add(min_compress_numel);
   if (max_collective_bytes != (int64_t(256) << 20)) f.add(max_collective_bytes);  // default: fingerprint as before
+  if (topology == Topology::kHierarchical) {  // (other topologies: fingerprint as before)
+    f.add(local_size);
+    f.add(uint8_t(intra_mode));
+  }
+  if (mode == kModeAuto) {
+    f.add(uint8_t(auto_lossy));
+    f.add(auto_bandwidth);
+    f.add(auto_latency);
+  }
   // window_bytes is rank-local (receive buffering) and does not change the wire.
   return f.h;
 }
 
 std::string CollectiveConfig::describe() const {
   std::ostringstream s;
-  s << "mode=" << mode_name(mode) << " topology=" << topology_name(topology) << " bits=" << bits
+  s << "mode=" << (mode == kModeAuto ? "auto" : mode_name(mode)) << " topology=" << topology_name(topology) << " bits=" << bits
     << " seed=" << seed;
   return s.str();
 }

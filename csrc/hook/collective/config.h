@@ -16,9 +16,15 @@ enum class Mode : uint8_t {};
 // Mode "none" (the identity codec, which is also the exact path of every
 // other mode): the default.
 inline constexpr Mode kModeNone = Mode(0);
+// Mode "auto" (auto_mode.h): per bucket one of auto_lossy,
+// lossless and none, from a cost model. Not a codec: never in the registry.
+inline constexpr Mode kModeAuto = Mode(255);
 
 // Numeric values are part of the wire fingerprint: never renumber.
-enum class Topology : uint8_t { kRing = 0, kButterfly = 1, kTwoStep = 2 };
+// kHierarchical: ranks grouped by node (local_size per node): an intra-node
+// reduce-scatter (intra_mode), an all-reduce between nodes over each local
+// rank's shard (mode, ring), an intra-node all-gather (hierarchical.h).
+enum class Topology : uint8_t { kRing = 0, kButterfly = 1, kTwoStep = 2, kHierarchical = 3 };
 enum class ReduceOp : uint8_t { kSum = 0, kMean = 1 };
 // Which collective a call runs (part of the header fingerprint): the
 // all-reduce; its reduce phase alone (rank c ends with shard c of the sum);
@@ -47,6 +53,20 @@ struct CollectiveConfig {
   std::array<float, 4> eps{{-1.f, -1.f, -1.f, -1.f}};
   bool uniform_levels = false;       // ablation: uniform levels
   bool hierarchical_scales = true;   // ablation: off = group scales as bf16
+
+  // Topology kHierarchical (hierarchical.h): ranks per node (consecutive
+  // ranks share a node; 0: not given, an error there) and the mode of the
+  // intra-node phases (none or lossless). In the fingerprint only for
+  // kHierarchical, so the other topologies' fingerprints are unchanged.
+  int32_t local_size = 0;
+  Mode intra_mode = kModeNone;
+
+  // Mode kModeAuto (auto_mode.h): the lossy candidate, and overrides of the
+  // measured link (bytes/s, seconds; 0: measured). In the fingerprint only for
+  // kModeAuto.
+  Mode auto_lossy = Mode(1);  // dynamiq
+  double auto_bandwidth = 0.0;
+  double auto_latency = -1.0;  // <0: measured
 
   // Driver.
   // Target wire bytes per pipelined block; 0 = per path: kCompressedBlockBytes

@@ -540,7 +540,16 @@ void execute(Transport& tr, const Codec& codec, const Plan& plan, const BlockTab
   if (args.timeline) recorder.emplace(*args.timeline, args.timeline_slice, args.timeline_part);
   ExecEnv env(tr, codec, plan, bt, prog, args, memory, call.pool(), st, recorder ? &*recorder : nullptr);
   Executor executor(env);
-  executor.run();
+  try {
+    executor.run();
+  } catch (...) {
+    try {
+      codec.finish();  // clears what the failed run left deferred
+    } catch (...) {
+    }
+    throw;
+  }
+  codec.finish();  // a device codec's deferred checks: one host wait, not one per decode
   if (recorder) recorder->finish();
 }
 

@@ -40,7 +40,9 @@ uint64_t plan_state_fingerprint(const PlanState* ps) {
 }
 
 std::vector<int64_t> encode(const std::vector<HeaderField>& fields, const HeaderReport& report) {
-  std::vector<int64_t> h(kHeaderFixed + fields.size() * kPieces * 2, 0);
+  const size_t nsums = report.sums ? report.sums->size() : 0;
+  std::vector<int64_t> h(kHeaderFixed + fields.size() * kPieces * 2 + nsums, 0);
+  for (size_t i = 0; i < nsums; ++i) h[h.size() - nsums + i] = (*report.sums)[i];
   h[0] = 1;
   h[1] = report.nonfinite ? 1 : 0;
   if (report.input_error != InputError::kNone) {
@@ -96,9 +98,13 @@ std::string disagreements(const std::vector<int64_t>& h, const std::vector<Heade
 }  // namespace
 
 std::vector<HeaderField> collective_header_fields(const CollectiveConfig& cfg, const CallArgs& a, uint32_t slice) {
+  // hierarchical: the ranks per node ride in the topology's field (the other
+  // topologies send the topology alone, as before)
+  const bool hier = cfg.topology == Topology::kHierarchical;
   return {
       {"mode", uint64_t(cfg.mode)},
-      {"topology", uint64_t(cfg.topology)},
+      {hier ? "topology or ranks per node (local_size; torchrun's LOCAL_WORLD_SIZE)" : "topology",
+       uint64_t(cfg.topology) | (hier ? uint64_t(uint32_t(cfg.local_size)) << 8 : 0)},
       {"reduce op", uint64_t(a.op)},
       {"dtype", uint64_t(a.dtype)},
       {"numel", uint64_t(a.caller_numel >= 0 ? a.caller_numel : a.numel)},
@@ -124,6 +130,7 @@ HeaderVerdict exchange_header(Transport& tr, const std::vector<HeaderField>& fie
   }
   out.error = reported_errors(h, report.kind);
   if (out.error.empty()) out.error = disagreements(h, fields, n);
+  if (report.sums) out.sums.assign(h.end() - std::ptrdiff_t(report.sums->size()), h.end());
   return out;
 }
 

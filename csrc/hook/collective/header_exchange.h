@@ -30,12 +30,16 @@ struct HeaderReport {
   bool config_error = false;                   // make_scheme rejected its config (InputError::kConfig)
   bool local_pass_error = false;               // its local pass threw (InputError::kLocalPass)
   Collective kind = Collective::kAllReduce;     // named in the error message
+  // Mode auto (auto_mode.h): numbers summed over the ranks (not compared),
+  // appended to the header; null for every other mode (header as before).
+  const std::vector<int64_t>* sums = nullptr;
 };
 
 // What every rank learns, identically.
 struct HeaderVerdict {
   int64_t nonfinite_ranks = 0;
   std::string error;  // non-empty: every rank raises this
+  std::vector<int64_t> sums;  // HeaderReport::sums summed over the ranks
 };
 
 // Header: [count, nonfinite, errors[kNumInputErrors], then per field and per

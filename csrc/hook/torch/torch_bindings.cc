@@ -3,6 +3,9 @@
 #include <torch/extension.h>
 
 #include <cstdlib>
+#include <map>
+#include <memory>
+#include <mutex>
 #include <optional>
 
 #include "kernels/dynamiq/dynamiq_codec.h"
@@ -10,8 +13,10 @@
 #include "kernels/lossless/lossless_codec.h"
 #include "kernels/base/parallel.h"
 #include "kernels/base/cpu_isa.h"
+#include "hook/collective/auto_mode.h"
 #include "hook/collective/collective.h"
 #include "hook/transport/inproc_transport.h"
+#include "hook/transport/staging_transport.h"
 #include "hook/torch/torch_c10d_transport.h"
 #ifdef DYNAMIQ_WITH_CUDA
 #include <c10/cuda/CUDAGuard.h>
@@ -92,6 +97,19 @@ py::dict stats_dict(const CallStats& s) {
   d["alloc_passes"] = s.alloc_passes;
   d["alloc_exact"] = s.alloc_exact;
   d["alloc_fallbacks"] = s.alloc_fallbacks;
+  d["inter_bytes_sent"] = s.inter_bytes_sent;  // topology hierarchical: sent between nodes
+  d["t_intra"] = s.t_intra;
+  d["t_inter"] = s.t_inter;
+  if (s.auto_choice >= 0) {  // mode auto: the mode this bucket ran in, the model's predicted seconds
+    d["auto_choice"] = mode_name(Mode(s.auto_choice));
+    py::dict pr;
+    pr["none"] = s.auto_predicted[0];
+    pr["lossless"] = s.auto_predicted[1];
+    pr["lossy"] = s.auto_predicted[2];
+    d["auto_predicted"] = pr;
+  } else {
+    d["auto_choice"] = py::none();
+  }
   if (s.has_u) {
     d["u"] = py::make_tuple(s.u, s.u_step);
   } else {
@@ -130,6 +148,18 @@ py::dict timeline_dict(const Timeline& tl) {
   return d;
 }
 
+// Mode auto's state per (process group, config), for the life of the process
+// (auto_mode.h): every rank's copy sees the same collectives, so they agree.
+AutoState* auto_state_for(const std::string& group_name, const CollectiveConfig& cfg) {
+  if (cfg.mode != kModeAuto) return nullptr;
+  static std::mutex mu;
+  static std::map<std::pair<std::string, uint64_t>, std::unique_ptr<AutoState>> states;
+  std::lock_guard<std::mutex> lock(mu);
+  auto& p = states[{group_name, cfg.fingerprint()}];
+  if (!p) p = std::make_unique<AutoState>();
+  return p.get();
+}
+
 // The posting for NCCL (each step's send and receive in one group) also on
 // CPU buffers over Gloo when DYNAMIQ_ORDERED_POSTING=1: how its path through
 // c10d is tested without a GPU. Results are the same either way.
@@ -138,13 +168,24 @@ bool ordered_posting_env() {
   return v != nullptr && std::string(v) == "1";
 }
 
+#ifdef DYNAMIQ_WITH_CUDA
+// The calling thread's (a group worker's) page-locked staging buffers for
+// CUDA device `index`: kept between collectives, freed when the thread ends.
+StagingPool& staging_pool(int index) {
+  thread_local std::map<int, std::unique_ptr<StagingPool>> pools;
+  auto& p = pools[index];
+  if (!p) p = std::make_unique<StagingPool>(*cuda::device().staging());
+  return *p;
+}
+#endif
+
 // One collective over a process group: `tensor` is the all-reduce's bucket
 // (in place) or the reduce-scatter's or all-gather's input, `output` the
 // reduce-scatter's output (null otherwise).
 py::dict run_on_group(Collective kind, std::optional<at::Tensor> tensor, std::optional<at::Tensor> output,
                       const std::string& group_name, const CollectiveConfig& cfg, const std::string& op,
                       uint64_t seq, std::optional<std::pair<double, double>> u, int local_error,
-                      const std::string& device, int64_t caller_numel, bool timeline,
+                      const std::string& device, int64_t caller_numel, bool staging, bool timeline = false,
                       const PrecomputedLocalPass* local_pass = nullptr) {
   CallArgs a;
   Timeline tl;
@@ -162,6 +203,7 @@ py::dict run_on_group(Collective kind, std::optional<at::Tensor> tensor, std::op
     ps.step = u->second;
   }
   a.plan_state = &ps;
+  a.auto_state = auto_state_for(group_name, cfg);
   // where the buffers live: the tensor's device (also passed for a rank with
   // bad input, whose header exchange must run on the group's device)
   const c10::Device dev(device);
@@ -207,8 +249,18 @@ py::dict run_on_group(Collective kind, std::optional<at::Tensor> tensor, std::op
       stream_scope.emplace(c10::cuda::getCurrentCUDAStream().stream());
     }
 #endif
-    C10dTransport tr = C10dTransport::from_group_name(
-        group_name, tensor && dev.is_cuda() ? tensor->device() : dev, ordered_posting_env());
+    // CUDA buffers staged through page-locked host memory over the group's
+    // CPU backend (Gloo): the group has no CUDA backend, or the config asks
+    // for it (several processes on one GPU). See staging_transport.h.
+    const bool staged = staging && dev.is_cuda();
+    C10dTransport inner = C10dTransport::from_group_name(
+        group_name, staged ? c10::Device(c10::kCPU) : tensor && dev.is_cuda() ? tensor->device() : dev,
+        ordered_posting_env());
+    std::optional<StagingTransport> staged_tr;
+#ifdef DYNAMIQ_WITH_CUDA
+    if (staged) staged_tr.emplace(inner, staging_pool(guard ? int(guard->current_device().index()) : 0));
+#endif
+    Transport& tr = staged_tr ? static_cast<Transport&>(*staged_tr) : static_cast<Transport&>(inner);
     ordered = tr.posts_in_order();
     one_part = tr.sends_whole_messages();
     // an output that is not one shard of the input: reported, so that every rank raises
@@ -220,16 +272,17 @@ py::dict run_on_group(Collective kind, std::optional<at::Tensor> tensor, std::op
   if (timeline) d["timeline"] = timeline_dict(tl);
   d["ordered_posting"] = ordered;  // posted as for NCCL (see C10dTransport)
   d["one_part_messages"] = one_part;  // two-part (lossless) messages sent as one (Gloo)
+  d["host_staging"] = staging && dev.is_cuda();  // CUDA buffers staged through host memory
   return d;
 }
 
 py::dict run_all_reduce(std::optional<at::Tensor> tensor, const std::string& group_name,
                         const CollectiveConfig& cfg, const std::string& op, uint64_t seq,
                         std::optional<std::pair<double, double>> u, int local_error,
-                        const std::string& device, bool timeline,
+                        const std::string& device, bool staging, bool timeline,
                         std::shared_ptr<PrecomputedLocalPass> local_pass) {
   return run_on_group(Collective::kAllReduce, std::move(tensor), std::nullopt, group_name, cfg, op, seq, u,
-                      local_error, device, -1, timeline, local_pass.get());
+                      local_error, device, -1, staging, timeline, local_pass.get());
 }
 
 Collective to_kind(int kind) {
@@ -242,7 +295,7 @@ Collective to_kind(int kind) {
 py::dict run_sharded(int kind, std::optional<std::pair<at::Tensor, at::Tensor>> tensors,
                      const std::string& group_name, const CollectiveConfig& cfg, const std::string& op,
                      uint64_t seq, std::optional<std::pair<double, double>> u, int local_error,
-                     const std::string& device, int64_t caller_numel, bool timeline) {
+                     const std::string& device, int64_t caller_numel, bool staging, bool timeline) {
   const Collective k = to_kind(kind);
   DQ_CHECK(k != Collective::kAllReduce, "dynamiq: use all_reduce for an all-reduce");
   std::optional<at::Tensor> input, output;
@@ -250,7 +303,8 @@ py::dict run_sharded(int kind, std::optional<std::pair<at::Tensor, at::Tensor>> 
     input = tensors->first;
     if (k == Collective::kReduceScatter) output = tensors->second;
   }
-  return run_on_group(k, input, output, group_name, cfg, op, seq, u, local_error, device, caller_numel, timeline);
+  return run_on_group(k, input, output, group_name, cfg, op, seq, u, local_error, device, caller_numel, staging,
+                      timeline);
 }
 
 py::list run_simulate(std::vector<at::Tensor> tensors, const CollectiveConfig& cfg,
@@ -277,6 +331,8 @@ py::list run_simulate(std::vector<at::Tensor> tensors, const CollectiveConfig& c
       a.seq = seq;
       PlanState ps;  // as a real call: one allocator state for all slices of the bucket
       a.plan_state = &ps;
+      AutoState as;  // mode auto: a fresh group (its first bucket)
+      a.auto_state = &as;
       stats[size_t(r)] = all_reduce(tr, cfg, a);
     });
   }
@@ -369,7 +425,10 @@ PYBIND11_MODULE(_C, m) {
           })
       .def_property(
           "topology", [](const CollectiveConfig& c) { return int(c.topology); },
-          [](CollectiveConfig& c, int v) { c.topology = Topology(v); })
+          [](CollectiveConfig& c, int v) {
+            DQ_CHECK(v >= 0 && v <= 3, "dynamiq: topology id must be in [0, 3]");
+            c.topology = Topology(v);
+          })
       .def_readwrite("seed", &CollectiveConfig::seed)
       .def_readwrite("bits", &CollectiveConfig::bits)
       .def_readwrite("widths_mask", &CollectiveConfig::widths_mask)
@@ -387,19 +446,47 @@ PYBIND11_MODULE(_C, m) {
       .def_readwrite("min_compress_numel", &CollectiveConfig::min_compress_numel)
       .def_readwrite("window_bytes", &CollectiveConfig::window_bytes)
       .def_readwrite("max_collective_bytes", &CollectiveConfig::max_collective_bytes)
+      .def_readwrite("local_size", &CollectiveConfig::local_size)
+      .def_property(
+          "intra_mode", [](const CollectiveConfig& c) { return int(c.intra_mode); },
+          [](CollectiveConfig& c, int v) {
+            DQ_CHECK(v >= 0 && v <= 255, "dynamiq: mode id must be in [0, 255]");
+            c.intra_mode = Mode(v);
+          })
+      .def_property(
+          "auto_lossy", [](const CollectiveConfig& c) { return int(c.auto_lossy); },
+          [](CollectiveConfig& c, int v) {
+            DQ_CHECK(v >= 0 && v <= 255, "dynamiq: mode id must be in [0, 255]");
+            c.auto_lossy = Mode(v);
+          })
+      .def_readwrite("auto_bandwidth", &CollectiveConfig::auto_bandwidth)
+      .def_readwrite("auto_latency", &CollectiveConfig::auto_latency)
       .def("fingerprint", &CollectiveConfig::fingerprint);
 
+  m.attr("MODE_AUTO") = int(kModeAuto);
   m.def(
-      "validate_config", [](const CollectiveConfig& c) { make_scheme(c); }, py::arg("config"),
+      "validate_config",
+      [](const CollectiveConfig& c) {
+        CollectiveConfig v = c;
+        if (v.mode == kModeAuto) v.mode = v.auto_lossy;
+        make_scheme(v);
+        if (c.topology == Topology::kHierarchical) {
+          v.mode = c.intra_mode;
+          DQ_CHECK(make_scheme(v)->exact(), "intra_mode must be an exact mode (none or lossless)");
+        }
+      },
+      py::arg("config"),
       "Builds the mode's scheme from the config once and discards it: raises DynamiqError for a "
       "config the C++ codecs or allocator reject (group sizes, eps, widths, bits), so that a config "
       "that passes never fails inside a collective.");
 
   m.def("all_reduce", &run_all_reduce, py::arg("tensor"), py::arg("group_name"), py::arg("config"),
         py::arg("op"), py::arg("seq"), py::arg("u") = py::none(), py::arg("local_error") = 0,
-        py::arg("device") = "cpu", py::arg("timeline") = false, py::arg("local_pass") = nullptr,
+        py::arg("device") = "cpu", py::arg("staging") = false, py::arg("timeline") = false,
+        py::arg("local_pass") = nullptr,
         "In-place all-reduce of a contiguous tensor (CPU with Gloo; CUDA with NCCL in a CUDA "
-        "build) over the named process group. Releases the GIL. Returns the per-call statistics.");
+        "build, or with staging=True over the group's CPU backend through page-locked host memory) "
+        "over the named process group. Releases the GIL. Returns the per-call statistics.");
   py::class_<PrecomputedLocalPass, std::shared_ptr<PrecomputedLocalPass>>(
       m, "PrecomputedLocalPass", "A bucket's statistics pass run ahead of its all-reduce (opaque).");
   m.def(
@@ -426,7 +513,8 @@ PYBIND11_MODULE(_C, m) {
       "None where there is nothing to precompute. Releases the GIL.");
   m.def("sharded", &run_sharded, py::arg("kind"), py::arg("tensors"), py::arg("group_name"), py::arg("config"),
         py::arg("op"), py::arg("seq"), py::arg("u") = py::none(), py::arg("local_error") = 0,
-        py::arg("device") = "cpu", py::arg("caller_numel") = -1, py::arg("timeline") = false,
+        py::arg("device") = "cpu", py::arg("caller_numel") = -1, py::arg("staging") = false,
+        py::arg("timeline") = false,
         "A reduce-scatter (kind 1; tensors = (input, output)) or all-gather (kind 2; tensors = "
         "(buffer, buffer), this rank's shard filled in) over the named process group; shards "
         "already padded to padded_shard. Releases the GIL. Returns the per-call statistics.");
@@ -507,6 +595,7 @@ PYBIND11_MODULE(_C, m) {
       [](uintptr_t stream, int device) {
 #ifdef DYNAMIQ_WITH_CUDA
         c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
+        release_device_codecs(reinterpret_cast<void*>(stream));  // the codecs made for it free on it first
         cudaStreamDestroy(reinterpret_cast<cudaStream_t>(stream));  // (its pending work still completes)
 #else
         (void)stream;

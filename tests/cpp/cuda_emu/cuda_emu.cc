@@ -7,10 +7,15 @@
 #include <ucontext.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
+#include <functional>
 #include <map>
+#include <memory>
+#include <set>
 #include <vector>
 
 // Bounds of the section holding every static __shared__ variable (GNU ld
@@ -153,7 +158,7 @@ char* stack_for(unsigned t) {
 
 std::unique_lock<std::recursive_mutex> lock() { return std::unique_lock<std::recursive_mutex>(mutex()); }
 
-bool begin_launch(dim3 grid, dim3 block_dim, size_t smem) {
+bool check_launch(dim3 grid, dim3 block_dim, size_t smem) {
   const uint64_t threads = uint64_t(block_dim.x) * block_dim.y * block_dim.z;
   const bool bad = threads == 0 || threads > 1024 || block_dim.z > 64 || grid.x == 0 || grid.y == 0 ||
                    grid.z == 0 || grid.x > 0x7fffffffu || grid.y > 65535 || grid.z > 65535 ||
@@ -164,13 +169,21 @@ bool begin_launch(dim3 grid, dim3 block_dim, size_t smem) {
     g_last = cudaErrorInvalidConfiguration;
     return false;
   }
-  gridDim = grid;
-  blockDim = block_dim;
-  block().smem_bytes = (smem + 15) / 16 * 16;
   return true;
 }
 
-void end_launch(bool ok) {
+void run_grid(dim3 grid, dim3 block_dim, size_t smem, void (*body)(void*), void* ctx) {
+  const auto held = lock();
+  gridDim = grid;
+  blockDim = block_dim;
+  block().smem_bytes = (smem + 15) / 16 * 16;
+  bool ok = true;
+  for (unsigned z = 0; z < grid.z && ok; ++z)
+    for (unsigned y = 0; y < grid.y && ok; ++y)
+      for (unsigned x = 0; x < grid.x && ok; ++x) {
+        blockIdx = uint3{x, y, z};
+        ok = run_block(block_dim.x * block_dim.y * block_dim.z, body, ctx);
+      }
   if (!ok) {
     g_last = cudaErrorLaunchFailure;
     g_sticky = cudaErrorLaunchFailure;
@@ -250,6 +263,106 @@ namespace {
 std::vector<ApiCall>* g_log = nullptr;  // set: logging (under the lock)
 bool g_pools_supported = true;
 
+// ---- streams, events, page-locked host memory ----------------------------------------
+
+bool& async_flag() {
+  static bool on = [] {
+    const char* e = std::getenv("DYNAMIQ_CUDA_EMU_ASYNC");
+    return !(e && std::strcmp(e, "0") == 0);
+  }();
+  return on;
+}
+
+struct StreamQ {
+  bool blocking = false;  // made with flags 0: ordered with the legacy default stream
+  std::deque<std::function<void()>> work;
+};
+// Every stream made by cudaStreamCreateWithFlags, by handle (never the legacy nullptr).
+std::map<cudaStream_t, StreamQ>& queues() {
+  static auto* m = new std::map<cudaStream_t, StreamQ>();
+  return *m;
+}
+
+// Runs `s`'s queued work, in order, until `until` says stop (or it is empty).
+// Work may itself run other streams (a wait for an event).
+template <class Until>
+void run_queue(cudaStream_t s, Until until) {
+  for (;;) {
+    auto it = queues().find(s);
+    if (it == queues().end() || it->second.work.empty() || until()) return;
+    std::function<void()> w = std::move(it->second.work.front());
+    it->second.work.pop_front();
+    w();
+  }
+}
+void drain(cudaStream_t s) {
+  run_queue(s, [] { return false; });
+}
+void drain_all() {
+  for (bool any = true; any;) {
+    any = false;
+    for (auto& kv : queues())
+      if (!kv.second.work.empty()) {
+        drain(kv.first);
+        any = true;
+        break;  // (the map may have changed)
+      }
+  }
+}
+// What the legacy default stream waits for: every blocking stream's work.
+void drain_blocking() {
+  for (bool any = true; any;) {
+    any = false;
+    for (auto& kv : queues())
+      if (kv.second.blocking && !kv.second.work.empty()) {
+        drain(kv.first);
+        any = true;
+        break;
+      }
+  }
+}
+bool queued(cudaStream_t s) { return async_flag() && s != nullptr && queues().count(s) != 0; }
+
+}  // namespace
+
+struct CUevent_st {
+  struct State {
+    bool done = true;  // never recorded: complete, as in CUDA
+    bool queried = false;
+    uint64_t generation = 0;
+    cudaStream_t stream = nullptr;
+    std::chrono::steady_clock::time_point at = std::chrono::steady_clock::now();
+  };
+  std::shared_ptr<State> s = std::make_shared<State>();
+};
+
+namespace {
+
+std::set<cudaEvent_t>& events() {
+  static auto* m = new std::set<cudaEvent_t>();
+  return *m;
+}
+bool live_event(cudaEvent_t e) { return e && events().count(e) != 0; }
+
+// Runs the event's stream until the event has passed.
+void run_to(const std::shared_ptr<CUevent_st::State>& st) {
+  run_queue(st->stream, [&] { return st->done; });
+  st->done = true;  // (its stream was destroyed or emptied: nothing left before it)
+}
+
+// Page-locked host allocations: start -> bytes.
+std::map<uintptr_t, size_t>& pinned() {
+  static auto* m = new std::map<uintptr_t, size_t>();
+  return *m;
+}
+bool is_pinned(const void* p) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  auto it = pinned().upper_bound(a);
+  if (it == pinned().begin()) return false;
+  --it;
+  return a - it->first < it->second;
+}
+
 cudaError_t malloc_impl(void** ptr, size_t bytes) {
   const auto held = lock();
   if (!ptr) return fail(cudaErrorInvalidValue, "cudaMalloc: null result pointer");
@@ -289,28 +402,69 @@ cudaError_t free_impl(void* ptr) {
   return cudaSuccess;
 }
 
-cudaError_t memcpy_impl(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
-  const auto held = lock();
-  if (bytes == 0) return cudaSuccess;
+// The checks of a copy (nullptr: fine, else what is wrong).
+const char* copy_problem(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
   const bool dd = kind == cudaMemcpyDeviceToDevice || kind == cudaMemcpyHostToDevice;
   const bool sd = kind == cudaMemcpyDeviceToDevice || kind == cudaMemcpyDeviceToHost;
   if (kind == cudaMemcpyDefault || kind == cudaMemcpyHostToHost)
-    return fail(cudaErrorInvalidValue, "cudaMemcpy: the emulator checks explicit directions only");
+    return "cudaMemcpy: the emulator checks explicit directions only";
   if (dd ? !find_alloc(dst, bytes) : is_device(dst))
-    return fail(cudaErrorInvalidValue, dd ? "cudaMemcpy: destination is not inside one device allocation"
-                                          : "cudaMemcpy: host destination is device memory");
+    return dd ? "cudaMemcpy: destination is not inside one device allocation"
+              : "cudaMemcpy: host destination is device memory";
   if (sd ? !find_alloc(src, bytes) : is_device(src))
-    return fail(cudaErrorInvalidValue, sd ? "cudaMemcpy: source is not inside one device allocation"
-                                          : "cudaMemcpy: host source is device memory");
-  std::memmove(dst, src, bytes);
+    return sd ? "cudaMemcpy: source is not inside one device allocation" : "cudaMemcpy: host source is device memory";
+  return nullptr;
+}
+
+// A queued copy or memset whose device memory went away before it ran.
+void use_after_free(const char* what) {
+  std::fprintf(stderr, "[cuda-emu] %s ran on device memory freed after it was queued (use after free)\n", what);
+  g_sticky = cudaErrorLaunchFailure;
+}
+
+cudaError_t memcpy_impl(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t stream,
+                        bool on_stream) {
+  const auto held = lock();
+  if (bytes == 0) return cudaSuccess;
+  if (const char* why = copy_problem(dst, src, bytes, kind)) return fail(cudaErrorInvalidValue, why);
+  if (!on_stream || !queued(stream)) {
+    // the legacy default stream (cudaMemcpy, or an async copy on it): after
+    // every blocking stream's queued work
+    if (async_flag()) drain_blocking();
+    std::memmove(dst, src, bytes);
+    return cudaSuccess;
+  }
+  if (kind == cudaMemcpyDeviceToHost && !is_pinned(dst)) {
+    // to pageable memory: returns once the copy has completed
+    drain(stream);
+    std::memmove(dst, src, bytes);
+    return cudaSuccess;
+  }
+  if (kind == cudaMemcpyHostToDevice && !is_pinned(src)) {
+    // from pageable memory: staged at the call, so the caller may reuse it at once
+    auto staged = std::make_shared<std::vector<unsigned char>>(static_cast<const unsigned char*>(src),
+                                                               static_cast<const unsigned char*>(src) + bytes);
+    submit(stream, [dst, staged, bytes] {
+      if (!find_alloc(dst, bytes)) return use_after_free("cudaMemcpyAsync");
+      std::memcpy(dst, staged->data(), bytes);
+    });
+    return cudaSuccess;
+  }
+  submit(stream, [dst, src, bytes, kind] {
+    if (copy_problem(dst, src, bytes, kind)) return use_after_free("cudaMemcpyAsync");
+    std::memmove(dst, src, bytes);
+  });
   return cudaSuccess;
 }
 
-cudaError_t memset_impl(void* dst, int value, size_t bytes) {
+cudaError_t memset_impl(void* dst, int value, size_t bytes, cudaStream_t stream) {
   const auto held = lock();
   if (bytes == 0) return cudaSuccess;
   if (!find_alloc(dst, bytes)) return fail(cudaErrorInvalidValue, "cudaMemset: not inside one device allocation");
-  std::memset(dst, value, bytes);
+  submit(stream, [dst, value, bytes] {
+    if (!find_alloc(dst, bytes)) return use_after_free("cudaMemsetAsync");
+    std::memset(dst, value, bytes);
+  });
   return cudaSuccess;
 }
 
@@ -334,6 +488,29 @@ std::vector<ApiCall> api_log() {
   return g_log ? *g_log : std::vector<ApiCall>();
 }
 
+void submit(cudaStream_t stream, std::function<void()> work) {
+  const auto held = lock();
+  if (queued(stream)) {
+    queues()[stream].work.push_back(std::move(work));
+    return;
+  }
+  if (async_flag()) drain_blocking();  // the legacy default stream (or an unknown handle)
+  work();
+}
+
+bool set_async_streams(bool on) {
+  const auto held = lock();
+  drain_all();
+  const bool prev = async_flag();
+  async_flag() = on;
+  return prev;
+}
+
+bool async_streams() {
+  const auto held = lock();
+  return async_flag();
+}
+
 bool set_memory_pools_supported(bool on) {
   const auto held = lock();
   const bool prev = g_pools_supported;
@@ -349,50 +526,177 @@ cudaError_t cudaMalloc(void** ptr, size_t bytes) {
 }
 
 cudaError_t cudaFree(void* ptr) {
+  const auto held = lock();
   log_call("cudaFree", nullptr);
+  drain_all();  // cudaFree waits for the whole device
   return free_impl(ptr);
 }
 
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
   log_call("cudaMemcpy", nullptr);
-  return memcpy_impl(dst, src, bytes, kind);
+  return memcpy_impl(dst, src, bytes, kind, nullptr, false);
 }
 
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t stream) {
   log_call("cudaMemcpyAsync", stream);
-  return memcpy_impl(dst, src, bytes, kind);
+  return memcpy_impl(dst, src, bytes, kind, stream, true);
 }
 
 cudaError_t cudaMemset(void* dst, int value, size_t bytes) {
   log_call("cudaMemset", nullptr);
-  return memset_impl(dst, value, bytes);
+  return memset_impl(dst, value, bytes, nullptr);
 }
 
 cudaError_t cudaMemsetAsync(void* dst, int value, size_t bytes, cudaStream_t stream) {
   log_call("cudaMemsetAsync", stream);
-  return memset_impl(dst, value, bytes);
+  return memset_impl(dst, value, bytes, stream);
 }
 
 cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
   const auto held = lock();
   log_call("cudaStreamSynchronize", stream);
+  if (stream == nullptr)
+    drain_blocking();
+  else
+    drain(stream);
   return g_sticky;
+}
+
+cudaError_t cudaStreamQuery(cudaStream_t stream) {
+  const auto held = lock();
+  log_call("cudaStreamQuery", stream);
+  auto it = queues().find(stream);
+  if (it == queues().end() || it->second.work.empty()) return g_sticky;
+  drain(stream);  // not ready now; done by the next query (polling progresses)
+  return cudaErrorNotReady;
 }
 
 cudaError_t cudaDeviceSynchronize() {
   const auto held = lock();
   log_call("cudaDeviceSynchronize", nullptr);
+  drain_all();
   return g_sticky;
 }
 
-cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned) {
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned flags) {
+  const auto held = lock();
   if (!stream) return fail(cudaErrorInvalidValue, "cudaStreamCreateWithFlags: null result pointer");
   *stream = reinterpret_cast<cudaStream_t>(new char);  // a distinct handle
+  queues()[*stream].blocking = (flags & cudaStreamNonBlocking) == 0;
   return cudaSuccess;
 }
 
 cudaError_t cudaStreamDestroy(cudaStream_t stream) {
+  const auto held = lock();
+  drain(stream);  // its queued work still completes
+  queues().erase(stream);
   delete reinterpret_cast<char*>(stream);
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventCreate(cudaEvent_t* event) { return cudaEventCreateWithFlags(event, cudaEventDefault); }
+
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned) {
+  const auto held = lock();
+  if (!event) return fail(cudaErrorInvalidValue, "cudaEventCreate: null result pointer");
+  *event = new CUevent_st();
+  events().insert(*event);
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventDestroy(cudaEvent_t event) {
+  const auto held = lock();
+  if (!live_event(event)) return fail(cudaErrorInvalidResourceHandle, "cudaEventDestroy: not a live event");
+  events().erase(event);
+  delete event;  // a queued record keeps its state
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
+  const auto held = lock();
+  log_call("cudaEventRecord", stream);
+  if (!live_event(event)) return fail(cudaErrorInvalidResourceHandle, "cudaEventRecord: not a live event");
+  auto st = event->s;
+  const uint64_t gen = ++st->generation;
+  st->done = false;
+  st->queried = false;
+  st->stream = stream;
+  submit(stream, [st, gen] {
+    if (st->generation != gen) return;  // recorded again since: that record counts
+    st->done = true;
+    st->at = std::chrono::steady_clock::now();
+  });
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventSynchronize(cudaEvent_t event) {
+  const auto held = lock();
+  log_call("cudaEventSynchronize", nullptr);
+  if (!live_event(event)) return fail(cudaErrorInvalidResourceHandle, "cudaEventSynchronize: not a live event");
+  run_to(event->s);
+  return g_sticky;
+}
+
+cudaError_t cudaEventQuery(cudaEvent_t event) {
+  const auto held = lock();
+  if (!live_event(event)) return fail(cudaErrorInvalidResourceHandle, "cudaEventQuery: not a live event");
+  auto st = event->s;
+  if (st->done) return g_sticky;
+  if (!st->queried) {  // not yet; the work before it runs now, for the next query
+    st->queried = true;
+    return cudaErrorNotReady;
+  }
+  run_to(st);
+  return g_sticky;
+}
+
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
+  const auto held = lock();
+  if (!ms || !live_event(start) || !live_event(end))
+    return fail(cudaErrorInvalidResourceHandle, "cudaEventElapsedTime: invalid argument");
+  if (!start->s->done || !end->s->done) return cudaErrorNotReady;
+  *ms = std::chrono::duration<float, std::milli>(end->s->at - start->s->at).count();
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned) {
+  const auto held = lock();
+  log_call("cudaStreamWaitEvent", stream);
+  if (!live_event(event)) return fail(cudaErrorInvalidResourceHandle, "cudaStreamWaitEvent: not a live event");
+  auto st = event->s;
+  if (st->done) return cudaSuccess;
+  // the state as of now: a later record of the event does not count
+  const uint64_t gen = st->generation;
+  submit(stream, [st, gen] {
+    if (st->generation == gen) run_to(st);
+  });
+  return cudaSuccess;
+}
+
+cudaError_t cudaHostAlloc(void** ptr, size_t bytes, unsigned) {
+  const auto held = lock();
+  log_call("cudaHostAlloc", nullptr);
+  if (!ptr) return fail(cudaErrorInvalidValue, "cudaHostAlloc: null result pointer");
+  const size_t n = bytes ? bytes : 1;
+  void* p = std::malloc(n);
+  if (!p) return fail(cudaErrorMemoryAllocation, "cudaHostAlloc: out of memory");
+  std::memset(p, kFill, n);
+  pinned()[reinterpret_cast<uintptr_t>(p)] = n;
+  *ptr = p;
+  return cudaSuccess;
+}
+
+cudaError_t cudaMallocHost(void** ptr, size_t bytes) { return cudaHostAlloc(ptr, bytes, cudaHostAllocDefault); }
+
+cudaError_t cudaFreeHost(void* ptr) {
+  const auto held = lock();
+  log_call("cudaFreeHost", nullptr);
+  if (!ptr) return cudaSuccess;
+  drain_all();  // waits for the whole device, as cudaFree
+  auto it = pinned().find(reinterpret_cast<uintptr_t>(ptr));
+  if (it == pinned().end()) return fail(cudaErrorInvalidValue, "cudaFreeHost: not a page-locked allocation");
+  pinned().erase(it);
+  std::free(ptr);
   return cudaSuccess;
 }
 
@@ -442,8 +746,12 @@ cudaError_t cudaMallocFromPoolAsync(void** ptr, size_t bytes, cudaMemPool_t pool
 }
 
 cudaError_t cudaFreeAsync(void* ptr, cudaStream_t stream) {
+  const auto held = lock();
   log_call("cudaFreeAsync", stream);
-  return free_impl(ptr);
+  if (ptr && !allocs().count(reinterpret_cast<uintptr_t>(ptr)))
+    return fail(cudaErrorInvalidDevicePointer, "cudaFreeAsync: not a live allocation");
+  submit(stream, [ptr] { free_impl(ptr); });  // in stream order
+  return cudaSuccess;
 }
 
 cudaError_t cudaGetLastError() {
@@ -468,6 +776,8 @@ const char* cudaGetErrorString(cudaError_t e) {
     case cudaErrorInvalidConfiguration: return "invalid configuration argument";
     case cudaErrorInvalidDevicePointer: return "invalid device pointer";
     case cudaErrorLaunchFailure: return "unspecified launch failure";
+    case cudaErrorInvalidResourceHandle: return "invalid resource handle";
+    case cudaErrorNotReady: return "device not ready";
   }
   return "unknown error";
 }

@@ -29,12 +29,32 @@
 //     guard page (reads or writes past the end fault; the slack is a canary
 //     checked by cudaFree). cudaMemcpy/cudaMemset check that the device side
 //     of a copy lies inside one live allocation and the host side inside none.
-//   - streams are synchronous: work happens at the call. Calls from several
-//     host threads are serialised (one lock); the last error is per host
-//     thread, a failed launch's error sticky for all, as in CUDA. Streams made
-//     with cudaStreamCreateWithFlags are distinct handles, and the stream of
-//     every launch, copy, allocation and wait can be logged (api_log below),
-//     so tests can check which stream each piece of work was ordered on.
+//   - streams are queues, as on a GPU: work on a stream made with
+//     cudaStreamCreateWithFlags (launches, cudaMemcpyAsync, cudaMemsetAsync,
+//     cudaFreeAsync, event records) is queued and runs, in order, only when
+//     the host waits for it (cudaStreamSynchronize, cudaEventSynchronize,
+//     cudaDeviceSynchronize, a second cudaEventQuery, a stream made to wait for
+//     an event whose stream is then run), never on its own. So a result read
+//     before its stream was waited for is stale (device memory starts 0xA5),
+//     and host memory a queued copy reads is read when the copy runs: code
+//     that reuses page-locked memory too early, or forgets a wait, gets wrong
+//     bytes. The legacy default stream (nullptr) runs at the call, after the
+//     queued work of every blocking stream (flags 0), never of a non-blocking
+//     one. Copies follow CUDA's host-memory rules: page-locked memory
+//     (cudaHostAlloc / cudaMallocHost) is read or written when the copy runs;
+//     a copy from pageable memory reads it at the call, a copy to pageable
+//     memory waits for its stream. cudaFree and cudaFreeHost wait for every
+//     stream. A cudaEventQuery of an event still queued answers
+//     cudaErrorNotReady once and runs its stream up to the event, so polling
+//     progresses. A queued copy or memset whose device memory was freed before
+//     it ran is reported as a use after free (sticky error).
+//     DYNAMIQ_CUDA_EMU_ASYNC=0 (or set_async_streams(false)) runs all work at
+//     the call instead.
+//   - calls from several host threads are serialised (one lock); the last
+//     error is per host thread, a failed launch's error sticky for all, as in
+//     CUDA. Streams are distinct handles, and the stream of every launch,
+//     copy, allocation and wait can be logged (api_log below), so tests can
+//     check which stream each piece of work was ordered on.
 //   - devices: cudaSetDevice/cudaGetDevice keep a current device id per host
 //     thread (cudaGetDeviceCount says 1; ids are only labels: one memory).
 //   - memory pools: cudaMallocFromPoolAsync / cudaFreeAsync allocate and free
@@ -47,6 +67,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <tuple>
@@ -69,6 +91,8 @@ enum cudaError_t : int {
   cudaErrorMemoryAllocation = 2,
   cudaErrorInvalidConfiguration = 9,
   cudaErrorInvalidDevicePointer = 17,
+  cudaErrorInvalidResourceHandle = 400,
+  cudaErrorNotReady = 600,
   cudaErrorLaunchFailure = 719,
 };
 typedef cudaError_t cudaError;
@@ -85,6 +109,15 @@ struct CUstream_st;
 typedef CUstream_st* cudaStream_t;
 constexpr unsigned cudaStreamDefault = 0;
 constexpr unsigned cudaStreamNonBlocking = 1;
+
+struct CUevent_st;
+typedef CUevent_st* cudaEvent_t;
+constexpr unsigned cudaEventDefault = 0;
+constexpr unsigned cudaEventBlockingSync = 1;
+constexpr unsigned cudaEventDisableTiming = 2;
+
+constexpr unsigned cudaHostAllocDefault = 0;
+constexpr unsigned cudaHostAllocPortable = 1;
 
 struct CUmemPoolHandle_st;
 typedef CUmemPoolHandle_st* cudaMemPool_t;
@@ -144,6 +177,18 @@ cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t pool, cudaMemPoolAttr attr, vo
 cudaError_t cudaMemPoolTrimTo(cudaMemPool_t pool, size_t min_bytes_to_keep);
 cudaError_t cudaMallocFromPoolAsync(void** ptr, size_t bytes, cudaMemPool_t pool, cudaStream_t stream);
 cudaError_t cudaFreeAsync(void* ptr, cudaStream_t stream);
+cudaError_t cudaEventCreate(cudaEvent_t* event);
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned flags);
+cudaError_t cudaEventDestroy(cudaEvent_t event);
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream = nullptr);
+cudaError_t cudaEventSynchronize(cudaEvent_t event);
+cudaError_t cudaEventQuery(cudaEvent_t event);
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end);
+cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned flags = 0);
+cudaError_t cudaStreamQuery(cudaStream_t stream);
+cudaError_t cudaHostAlloc(void** ptr, size_t bytes, unsigned flags);
+cudaError_t cudaMallocHost(void** ptr, size_t bytes);
+cudaError_t cudaFreeHost(void* ptr);
 cudaError_t cudaGetLastError();
 cudaError_t cudaPeekAtLastError();
 cudaError_t cudaGetDeviceCount(int* count);
@@ -186,8 +231,16 @@ std::unique_lock<std::recursive_mutex> lock();
 // false (and reports on stderr) when the block's barriers diverged.
 bool run_block(unsigned threads, void (*body)(void*), void* arg);
 // Checks a launch configuration; sets the last error and returns false if bad.
-bool begin_launch(dim3 grid, dim3 block, size_t smem);
-void end_launch(bool ok);
+bool check_launch(dim3 grid, dim3 block, size_t smem);
+// Runs a checked launch's grid, block after block (body(ctx) is one thread).
+void run_grid(dim3 grid, dim3 block, size_t smem, void (*body)(void*), void* ctx);
+// Queues work on `stream` (see "streams are queues" above), or runs it now on
+// the legacy default stream or with queues off.
+void submit(cudaStream_t stream, std::function<void()> work);
+// Whether work on streams is queued (default: DYNAMIQ_CUDA_EMU_ASYNC, on
+// unless "0"); returns the previous setting. Waits for every stream first.
+bool set_async_streams(bool on);
+bool async_streams();
 // The current block's dynamic shared memory (ends at an inaccessible page).
 unsigned char* dynamic_smem();
 
@@ -224,25 +277,23 @@ struct Launcher {
   void operator()(A&&... a) const {
     const auto held = lock();
     log_call("launch", stream);
-    if (!begin_launch(grid, block, smem)) return;
+    if (!check_launch(grid, block, smem)) return;
     // kernel parameters are copied once per launch, as the GPU does
-    std::tuple<P...> args(std::forward<A>(a)...);
-    struct Ctx {
-      void (*kernel)(P...);
-      std::tuple<P...>* args;
-    } ctx{kernel, &args};
-    auto body = [](void* c) {
-      Ctx* x = static_cast<Ctx*>(c);
-      std::apply(x->kernel, *x->args);
-    };
-    bool ok = true;
-    for (unsigned z = 0; z < grid.z && ok; ++z)
-      for (unsigned y = 0; y < grid.y && ok; ++y)
-        for (unsigned x = 0; x < grid.x && ok; ++x) {
-          blockIdx = uint3{x, y, z};
-          ok = run_block(block.x * block.y * block.z, body, &ctx);
-        }
-    end_launch(ok);
+    auto args = std::make_shared<std::tuple<P...>>(std::forward<A>(a)...);
+    void (*k)(P...) = kernel;
+    const dim3 g = grid, b = block;
+    const size_t sm = smem;
+    submit(stream, [k, args, g, b, sm] {
+      struct Ctx {
+        void (*kernel)(P...);
+        std::tuple<P...>* args;
+      } ctx{k, args.get()};
+      auto body = [](void* c) {
+        Ctx* x = static_cast<Ctx*>(c);
+        std::apply(x->kernel, *x->args);
+      };
+      run_grid(g, b, sm, body, &ctx);
+    });
   }
 };
 

@@ -8,8 +8,11 @@
 //      (check_message_size);
 //   2. holds the codec's lock around run() (calls are thread-safe);
 //   3. raises Error "<name> cuda: <call>: <CUDA's message>" on a failed
-//      launch, and with sync_each_call waits for the stream (an executor that
-//      posts host sends right after needs the bytes in place).
+//      launch. It does not wait for the kernels (only with sync_each_call, off
+//      by default): what reads their results is ordered after them on the
+//      stream (NCCL's operations, the next kernels), and whatever reads device
+//      memory from the host waits itself, once, where it must (a staged or
+//      in-process transport's copy to the host; the lossless codec's sizes).
 // Pointers in Local / Output / acc / in / out are device pointers.
 #pragma once
 
@@ -103,6 +106,10 @@ class CudaCodec : public Codec {
     c.acc = acc;
     call(c);
   }
+  void finish() const final {
+    std::lock_guard<std::mutex> lock(mu_);
+    check_deferred();
+  }
   size_t decompress_accumulate_recompress(const uint8_t* in, size_t in_bytes, const Local& x,
                                           const Plan& plan, const Block& b, const RngCtx& rng,
                                           uint8_t* out) const final {
@@ -123,6 +130,8 @@ class CudaCodec : public Codec {
   // Enqueues the call's kernels on stream_ (the base holds mu_); returns the
   // launch status. May throw Error / MalformedMessage itself.
   virtual cudaError_t run(CodecCall& c) const = 0;
+  // finish() (../../codec.h) under the codec's lock: raise what decodes deferred.
+  virtual void check_deferred() const {}
 
   // Raises Error "<name> cuda: <what>: <CUDA's message>" unless e is cudaSuccess.
   void check_cuda(cudaError_t e, const std::string& what) const { check(e, (name() + " cuda").c_str(), what); }

@@ -27,6 +27,44 @@ __global__ void nonfinite_kernel(const void* data, int64_t n, uint32_t* flag) {
   if (bad) atomicOr(flag, 1u);
 }
 
+// Page-locked buffers and events; copies on the calling thread's current stream.
+class CudaStaging final : public HostStaging {
+ public:
+  void* alloc_host(size_t bytes) const override {
+    void* p = nullptr;
+    check(cudaHostAlloc(&p, bytes ? bytes : 1, cudaHostAllocPortable), "page-locked allocation");
+    return p;
+  }
+  void free_host(void* p) const override { check(cudaFreeHost(p), "page-locked free"); }
+  void* new_mark() const override {
+    cudaEvent_t e = nullptr;
+    check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "event");
+    return e;
+  }
+  void free_mark(void* mark) const override { cudaEventDestroy(static_cast<cudaEvent_t>(mark)); }
+  void to_host(void* host_dst, const void* dev_src, size_t bytes, void* mark) const override {
+    copy(host_dst, dev_src, bytes, cudaMemcpyDeviceToHost, mark);
+  }
+  void from_host(void* dev_dst, const void* host_src, size_t bytes, void* mark) const override {
+    copy(dev_dst, host_src, bytes, cudaMemcpyHostToDevice, mark);
+  }
+  void wait(void* mark) const override { check(cudaEventSynchronize(static_cast<cudaEvent_t>(mark)), "staging wait"); }
+  bool done(void* mark) const override {
+    const cudaError_t e = cudaEventQuery(static_cast<cudaEvent_t>(mark));
+    if (e == cudaErrorNotReady) return false;
+    check(e, "staging query");
+    return true;
+  }
+
+ private:
+  static void copy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, void* mark) {
+    const cudaStream_t st = current_stream();
+    check(cudaMemcpyAsync(dst, src, bytes, kind, st), kind == cudaMemcpyDeviceToHost ? "staging copy to the host"
+                                                                                     : "staging copy to the device");
+    check(cudaEventRecord(static_cast<cudaEvent_t>(mark), st), "staging event");
+  }
+};
+
 class CudaDevice final : public Device {
  public:
   // The first use of the CUDA device registers the CUDA codecs (registry_cuda.cu).
@@ -49,6 +87,10 @@ class CudaDevice final : public Device {
     check(cudaStreamSynchronize(st), "non-finite scan");
     return bad != 0;
   }
+  const HostStaging* staging() const override { return &staging_; }
+
+ private:
+  CudaStaging staging_;
 };
 
 }  // namespace

@@ -34,22 +34,24 @@ void check_aligned(const void* p, const char* what) {
 BitsplitCudaCodec::BitsplitCudaCodec(const BitsplitParams& p, cudaStream_t stream, bool sync_each_call)
     : CudaCodec(stream, sync_each_call, MessageSize::kFixed, p) {
   d_bad_ = static_cast<int*>(device_alloc(sizeof(int), stream_));
-  check_cuda(cudaMemsetAsync(d_bad_, 0, sizeof(int), stream_), "flag");  // on the kernels' stream
-  check_cuda(cudaStreamSynchronize(stream_), "flag");
+  check_cuda(cudaMemsetAsync(d_bad_, 0, sizeof(int), stream_), "flag");  // on the kernels' stream, before them
 }
 
 BitsplitCudaCodec::~BitsplitCudaCodec() { device_free(d_bad_, stream_); }
 
 cudaError_t BitsplitCudaCodec::checked_decode(cudaError_t launch, const char* what) const {
-  check_cuda(launch, what);
+  check_cuda(launch, what);  // the flag stays on the device until check_deferred
+  return cudaSuccess;
+}
+
+void BitsplitCudaCodec::check_deferred() const {
   int bad = 0;
-  check_cuda(cudaMemcpyAsync(&bad, d_bad_, sizeof(int), cudaMemcpyDeviceToHost, stream_), what);
-  check_cuda(cudaStreamSynchronize(stream_), what);
+  check_cuda(cudaMemcpyAsync(&bad, d_bad_, sizeof(int), cudaMemcpyDeviceToHost, stream_), "finish");
+  check_cuda(cudaStreamSynchronize(stream_), "finish");
   if (bad) {
-    check_cuda(cudaMemsetAsync(d_bad_, 0, sizeof(int), stream_), what);
+    check_cuda(cudaMemsetAsync(d_bad_, 0, sizeof(int), stream_), "finish");
     throw MalformedMessage("bitsplit: a spike index is out of range (GPU decode)");
   }
-  return cudaSuccess;
 }
 
 cudaError_t BitsplitCudaCodec::run(CodecCall& c) const {

@@ -3,6 +3,8 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <cstring>
 #include <string>
 
 #include "kernels/base/cuda/cuda_memory.h"
@@ -13,19 +15,8 @@ namespace dynamiq {
 namespace cuda {
 namespace {
 
-// On the codec's stream, waited for: the kernels run on that stream (which may
-// be a non-blocking one, unordered with the legacy default stream's cudaMemcpy)
-// and `host` may be freed once this returns.
-template <typename T>
-void upload(T*& dev, const std::vector<T>& host, cudaStream_t stream) {
-  device_free(dev, stream);
-  dev = nullptr;
-  if (host.empty()) return;
-  dev = static_cast<T*>(device_alloc(host.size() * sizeof(T), stream));
-  check(cudaMemcpyAsync(dev, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice, stream),
-        "dynamiq cuda", "plan upload");
-  check(cudaStreamSynchronize(stream), "dynamiq cuda", "plan upload");
-}
+// Where each array starts in the packed plan (8-byte aligned parts).
+size_t align8(size_t n) { return (n + 7) / 8 * 8; }
 
 DeviceLocal device_local(const Local& x) {
   DeviceLocal d;
@@ -45,10 +36,10 @@ DynamiqCudaCodec::DynamiqCudaCodec(const DynamiqParams& p, void* stream, bool sy
 }
 
 DynamiqCudaCodec::~DynamiqCudaCodec() {
-  device_free(d_order_, stream_);
-  device_free(d_bits_, stream_);
-  device_free(d_bias_, stream_);
-  device_free(d_wire_, stream_);
+  device_free(d_plan_, stream_);
+  if (h_plan_) h_retired_.push_back(h_plan_);
+  for (void* p : h_retired_) cudaFreeHost(p);  // (waits for the device, so for the last upload too)
+  if (plan_done_) cudaEventDestroy(plan_done_);
 }
 
 DevicePlan DynamiqCudaCodec::device_plan(const Plan& plan) const {
@@ -56,10 +47,47 @@ DevicePlan DynamiqCudaCodec::device_plan(const Plan& plan) const {
                     host_plan_.unit == plan.unit && host_plan_.order == plan.order && host_plan_.bits == plan.bits &&
                     host_plan_.bias == plan.bias && host_plan_.wire_offset == plan.wire_offset && d_wire_ != nullptr;
   if (!same) {
-    upload(d_order_, plan.order, stream_);
-    upload(d_bits_, plan.bits, stream_);
-    upload(d_bias_, plan.bias, stream_);
-    upload(d_wire_, plan.wire_offset, stream_);
+    // One copy of the four arrays, packed, from page-locked memory (truly
+    // asynchronous), on the kernels' stream: no host wait. The page-locked
+    // buffer is rewritten only once its last copy is done (plan_done_),
+    // which it is by the time a later collective brings a new plan.
+    const size_t o_wire = 0, o_bias = o_wire + align8(plan.wire_offset.size() * sizeof(int64_t));
+    const size_t o_order = o_bias + align8(plan.bias.size() * sizeof(float));
+    const size_t o_bits = o_order + align8(plan.order.size() * sizeof(int32_t));
+    const size_t total = std::max<size_t>(o_bits + plan.bits.size(), 8);
+    const char* who = "dynamiq cuda";
+    if (!plan_done_) check(cudaEventCreateWithFlags(&plan_done_, cudaEventDisableTiming), who, "plan upload");
+    if (h_plan_) check(cudaEventSynchronize(plan_done_), who, "plan upload");  // done already, in practice
+    if (h_cap_ < total) {
+      // the old buffer is freed with the codec: cudaFreeHost would wait for the whole device
+      if (h_plan_) h_retired_.push_back(h_plan_);
+      h_plan_ = nullptr;
+      size_t cap = 4096;
+      while (cap < total) cap *= 2;
+      check(cudaHostAlloc(&h_plan_, cap, cudaHostAllocPortable), who, "plan upload");
+      h_cap_ = cap;
+    }
+    if (d_cap_ < total) {
+      device_free(d_plan_, stream_);
+      d_plan_ = nullptr;
+      d_cap_ = 0;
+      d_plan_ = static_cast<uint8_t*>(device_alloc(total, stream_));
+      d_cap_ = total;
+    }
+    auto* h = static_cast<uint8_t*>(h_plan_);
+    auto put = [&](size_t off, const void* src, size_t bytes) {
+      if (bytes) std::memcpy(h + off, src, bytes);
+    };
+    put(o_wire, plan.wire_offset.data(), plan.wire_offset.size() * sizeof(int64_t));
+    put(o_bias, plan.bias.data(), plan.bias.size() * sizeof(float));
+    put(o_order, plan.order.data(), plan.order.size() * sizeof(int32_t));
+    put(o_bits, plan.bits.data(), plan.bits.size());
+    check(cudaMemcpyAsync(d_plan_, h_plan_, total, cudaMemcpyHostToDevice, stream_), who, "plan upload");
+    check(cudaEventRecord(plan_done_, stream_), who, "plan upload");
+    d_wire_ = plan.wire_offset.empty() ? nullptr : reinterpret_cast<int64_t*>(d_plan_ + o_wire);
+    d_bias_ = plan.bias.empty() ? nullptr : reinterpret_cast<float*>(d_plan_ + o_bias);
+    d_order_ = plan.order.empty() ? nullptr : reinterpret_cast<int32_t*>(d_plan_ + o_order);
+    d_bits_ = plan.bits.empty() ? nullptr : d_plan_ + o_bits;
     host_plan_ = plan;
   }
   DevicePlan d;

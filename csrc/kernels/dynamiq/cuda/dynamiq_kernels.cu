@@ -210,13 +210,20 @@ __global__ void dynamiq_kernel(const Args a, int kind) {
   }
 }
 
+// Full blocks: kStatUnitsPerBlock super-groups per block of kStatLanes *
+// kStatUnitsPerBlock threads (kStatLanes lanes per super-group, each summing
+// the same elements in the same order as the CPU pass, dynamiq_stats.h, so
+// the statistics are bit-identical to it).
+constexpr int kStatUnitsPerBlock = 32;
+
 __global__ void stats_kernel(const void* data, DType dt, int64_t numel, int32_t S, float* out,
                              uint32_t* nonfinite) {
-  __shared__ double s[kStatLanes], q[kStatLanes];
-  const int64_t u = blockIdx.x;
-  const int l = threadIdx.x;  // lane
+  __shared__ double s[kStatUnitsPerBlock][kStatLanes], q[kStatUnitsPerBlock][kStatLanes];
+  const int j = int(threadIdx.x) / kStatLanes;  // super-group of the block
+  const int l = int(threadIdx.x) % kStatLanes;  // lane
+  const int64_t u = int64_t(blockIdx.x) * kStatUnitsPerBlock + j;
   const int64_t e0 = u * S;
-  const int64_t c = numel - e0 < S ? numel - e0 : S;
+  const int64_t c = e0 >= numel ? 0 : numel - e0 < S ? numel - e0 : S;
   double ls = 0.0, lq = 0.0;
   uint32_t bad = 0;
   for (int64_t i = l; i < c; i += kStatLanes) {
@@ -226,13 +233,13 @@ __global__ void stats_kernel(const void* data, DType dt, int64_t numel, int32_t 
     lq += v * v;
     bad |= DTypeTraits<DType::kF32>::nonfinite(f);  // (the conversion keeps inf and nan)
   }
-  s[l] = ls;
-  q[l] = lq;
+  s[j][l] = ls;
+  q[j][l] = lq;
   if (bad) atomicOr(nonfinite, 1u);
   __syncthreads();
-  if (l == 0) {
-    out[2 * u] = dq_saturate(dq_combine_lanes(s) / double(c));
-    out[2 * u + 1] = dq_saturate(dq_combine_lanes(q));
+  if (l == 0 && c > 0) {
+    out[2 * u] = dq_saturate(dq_combine_lanes(s[j]) / double(c));
+    out[2 * u + 1] = dq_saturate(dq_combine_lanes(q[j]));
   }
 }
 
@@ -268,13 +275,12 @@ std::string unsupported(const DynamiqParams& prm) {
 
 DeviceTables::DeviceTables(const DynamiqTables& tables, void* stream) : stream_(stream) {
   const auto& img = tables.image();
-  // On the kernels' stream, waited for: a plain cudaMemcpy from pageable
-  // memory may return before the copy has landed, and it runs on the legacy
-  // default stream, unordered with a non-blocking one.
+  // On the kernels' stream (ordered before them), not waited for: the host
+  // image lives as long as the codec that owns these tables (the host codec
+  // of a CudaCodec), and a copy from pageable memory has read it when it returns.
   const auto st = static_cast<cudaStream_t>(stream_);
   image_ = static_cast<uint8_t*>(device_alloc(img.size(), st));
-  if (cudaMemcpyAsync(image_, img.data(), img.size(), cudaMemcpyHostToDevice, st) != cudaSuccess ||
-      cudaStreamSynchronize(st) != cudaSuccess) {
+  if (cudaMemcpyAsync(image_, img.data(), img.size(), cudaMemcpyHostToDevice, st) != cudaSuccess) {
     device_free(image_, st);
     throw Error("dynamiq cuda: cannot upload the level tables");
   }
@@ -296,8 +302,8 @@ DqRounding DeviceTables::rounding(const RngCtx& rng) {
       const size_t bytes = size_t(rd.perm.nfact) * sizeof(int32_t);
       const auto st = static_cast<cudaStream_t>(stream_);
       dev = static_cast<int32_t*>(device_alloc(bytes, st));
-      if (cudaMemcpyAsync(dev, rd.perm.column, bytes, cudaMemcpyHostToDevice, st) != cudaSuccess ||
-          cudaStreamSynchronize(st) != cudaSuccess) {
+      // not waited for: ordered before the kernels (pageable source, read at the call)
+      if (cudaMemcpyAsync(dev, rd.perm.column, bytes, cudaMemcpyHostToDevice, st) != cudaSuccess) {
         device_free(dev, st);
         dev = nullptr;
         throw Error("dynamiq cuda: cannot upload the permutation table");
@@ -315,8 +321,9 @@ int stats(const void* data, DType dtype, int64_t numel, int32_t S, float* out, u
   if (numel <= 0) return 0;
   if (S < 1) return int(cudaErrorInvalidValue);
   const int64_t units = ceil_div<int64_t>(numel, S);
-  DQ_LAUNCH(stats_kernel, unsigned(units), kStatLanes, 0, static_cast<cudaStream_t>(stream))(data, dtype, numel, S,
-                                                                                     out, nonfinite);
+  const unsigned blocks = unsigned(ceil_div<int64_t>(units, kStatUnitsPerBlock));
+  DQ_LAUNCH(stats_kernel, blocks, kStatLanes * kStatUnitsPerBlock, 0, static_cast<cudaStream_t>(stream))(
+      data, dtype, numel, S, out, nonfinite);
   return int(cudaGetLastError());
 }
 

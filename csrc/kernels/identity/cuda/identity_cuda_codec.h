@@ -16,7 +16,7 @@ namespace cuda {
 
 class IdentityCudaCodec final : public CudaCodec<IdentityCodec> {
  public:
-  explicit IdentityCudaCodec(cudaStream_t stream = nullptr, bool sync_each_call = true)
+  explicit IdentityCudaCodec(cudaStream_t stream = nullptr, bool sync_each_call = false)
       : CudaCodec(stream, sync_each_call, MessageSize::kFixed) {}
 
  private:

@@ -23,7 +23,7 @@ int64_t count_of(const Plan& plan, const Block& b) {
 
 // Variable-size messages, each call waits for its work itself: no wait in the base.
 LosslessCudaCodec::LosslessCudaCodec(LosslessOptions opt, cudaStream_t stream)
-    : CudaCodec(stream, false, MessageSize::kVariable, opt), opt_(opt), id_(stream, true) {}
+    : CudaCodec(stream, false, MessageSize::kVariable, opt), opt_(opt), id_(stream, false) {}
 
 LosslessCudaCodec::~LosslessCudaCodec() {
   for (uint8_t* p : scratch_) device_free(p, stream_);
@@ -64,8 +64,8 @@ size_t LosslessCudaCodec::encode(const void* values, DType dtype, int64_t n, uin
   const size_t dyn = lossless_encode_section_cuda(dtype, plan, exps, out, stream_);
   uint8_t header[lossless::kHeaderBytes];
   lossless_write_header(header, dtype, n, plan.format, uint32_t(dyn));
+  // (from pageable memory: read at the call; ordered before what reads the message)
   check_cuda(cudaMemcpyAsync(out, header, sizeof(header), cudaMemcpyHostToDevice, stream_), "header");
-  check_cuda(cudaStreamSynchronize(stream_), "header");
   return size_t(L.static_bytes) + dyn;
 }
 
@@ -77,8 +77,7 @@ void LosslessCudaCodec::decode(const uint8_t* in, size_t in_bytes, DType dtype, 
   lossless_parse(host.data(), in_bytes, dtype, n, P);  // validates; MalformedMessage
   uint8_t* exps = scratch(kExps, size_t(P.layout.body));
   lossless_decode_section_cuda(dtype, P, in, exps, stream_);
-  lossless_merge_cuda(dtype, in, exps, n, values, stream_);
-  check_cuda(cudaStreamSynchronize(stream_), "merge");
+  lossless_merge_cuda(dtype, in, exps, n, values, stream_);  // not waited for: stream order
 }
 
 cudaError_t LosslessCudaCodec::run(CodecCall& c) const {

@@ -173,11 +173,9 @@ size_t lossless_encode_section_cuda(DType dtype, const LosslessEncodePlan& p, co
       } else if (L.body) {
         check(cudaMemcpyAsync(sec, exps, size_t(L.body), cudaMemcpyDeviceToDevice, stream), "plain copy");
       }
-      check(cudaStreamSynchronize(stream), "plain section");
       return size_t(L.plain_bytes);
     case ExpFormat::kConst:
       check(cudaMemsetAsync(sec, p.syms[0], 1, stream), "const section");
-      check(cudaStreamSynchronize(stream), "const section");
       return 1;
     case ExpFormat::kZip: {
       cuda::DeviceArray<uint8_t> code_of(256, stream);
@@ -196,7 +194,6 @@ size_t lossless_encode_section_cuda(DType dtype, const LosslessEncodePlan& p, co
       check(cudaMemcpyAsync(sec, p.prefix, kZipTableBytes, cudaMemcpyHostToDevice, stream), "zip table");
       DQ_LAUNCH(zip_encode_kernel, blocks_for(S), kThreads, 0, stream)(exps, G, S, code_of.p, start.p, meta, planes, esc);
       check(cudaGetLastError(), "zip encode kernel");
-      check(cudaStreamSynchronize(stream), "zip section");
       return size_t(kZipTableBytes + 2 * S + 3 * G + int64_t(st.back()));
     }
     case ExpFormat::kHuffman: {
@@ -219,7 +216,6 @@ size_t lossless_encode_section_cuda(DType dtype, const LosslessEncodePlan& p, co
       DQ_LAUNCH(huff_encode_kernel, blocks_for(S), kThreads, 0, stream)(exps, L.body, S, code.p, len.p, start.p, meta,
                                                                 meta + 2 * S);
       check(cudaGetLastError(), "huffman encode kernel");
-      check(cudaStreamSynchronize(stream), "huffman section");
       return size_t(size);
     }
   }
@@ -253,7 +249,6 @@ void lossless_decode_section_cuda(DType dtype, const LosslessDecodePlan& P, cons
       DQ_LAUNCH(zip_decode_kernel, blocks_for(S), kThreads, 0, stream)(sec + P.planes_offset, sec + P.payload_offset, G,
                                                                S, t, start.p, exps, error.p);
       check(cudaGetLastError(), "zip decode kernel");
-      check(cudaStreamSynchronize(stream), "zip decode");
       break;
     }
     case ExpFormat::kHuffman: {
@@ -264,7 +259,6 @@ void lossless_decode_section_cuda(DType dtype, const LosslessDecodePlan& P, cons
       DQ_LAUNCH(huff_decode_kernel, blocks_for(S), kThreads, 0, stream)(sec + P.payload_offset, uint64_t(P.payload_bytes),
                                                                 L.body, S, table.p, start.p, exps, error.p);
       check(cudaGetLastError(), "huffman decode kernel");
-      check(cudaStreamSynchronize(stream), "huffman decode");
       break;
     }
   }

@@ -1,0 +1,215 @@
+#include "hook/collective/auto_mode.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <mutex>
+#include <random>
+
+#include "hook/transport/inproc_transport.h"
+#include "kernels/registry.h"
+
+namespace dynamiq {
+namespace {
+
+// Header sums: [count, value] pairs (value scaled to an integer), so that a
+// rank without a sample adds nothing and the mean is over those with one.
+enum Slot : size_t {
+  kBandwidth = 0,   // bytes/s
+  kLatency = 2,     // ns
+  kLossyLocal = 4,  // ps per element
+  kLossyKernel = 6,
+  kLossyBits = 8,   // 1e-6 bits
+  kLosslessKernel = 10,
+  kLosslessBits = 12,
+  kCorrection = 14,  // 3 pairs, 1e-6
+  kSlots = 20,
+};
+constexpr double kPs = 1e12, kMicro = 1e6;
+
+void put(std::vector<int64_t>& v, size_t slot, bool have, double value) {
+  if (!have || !std::isfinite(value) || value < 0) return;
+  v[slot] = 1;
+  v[slot + 1] = int64_t(std::llround(std::min(value, 4e18)));
+}
+
+// the mean of a slot over the ranks that reported it, else `keep`
+double mean(const std::vector<int64_t>& s, size_t slot, double scale, double keep) {
+  return s[slot] > 0 ? double(s[slot + 1]) / double(s[slot]) / scale : keep;
+}
+
+int rounds(Topology t, int n) {
+  if (n <= 1) return 0;
+  switch (t) {
+    case Topology::kButterfly: {
+      int k = 0;
+      while ((1 << k) < n) ++k;
+      return 2 * k;
+    }
+    case Topology::kTwoStep: return 2;
+    default: return 2 * (n - 1);
+  }
+}
+
+std::vector<float> gaussian(int64_t n, uint32_t seed) {
+  std::mt19937 g(seed);
+  std::normal_distribution<float> d(0.f, 1.f);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (auto& e : v) e = d(g);
+  return v;
+}
+
+}  // namespace
+
+CodecCost calibrate_codec(const CollectiveConfig& cfg_in) {
+  CollectiveConfig cfg = cfg_in;
+  cfg.topology = Topology::kRing;
+  cfg.seed = 0;
+  cfg.local_size = 0;
+  cfg.intra_mode = kModeNone;
+  static std::mutex mu;
+  static std::map<uint64_t, CodecCost> cache;
+  const uint64_t key = cfg.fingerprint();
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = cache.find(key);
+    if (it != cache.end()) return it->second;
+  }
+  constexpr int64_t kN = int64_t(1) << 20;
+  CodecCost c;
+  try {
+    std::vector<CallStats> st(2);
+    for (int rep = 0; rep < 2; ++rep) {  // the second run: buffers and pools warm
+      InprocWorld world(2, std::chrono::seconds(60));
+      world.run([&](int r, Transport& tr) {
+        std::vector<float> x = gaussian(kN, 77u + uint32_t(r));
+        CallArgs a;
+        a.data = x.data();
+        a.numel = kN;
+        PlanState ps;
+        a.plan_state = &ps;
+        st[size_t(r)] = all_reduce(tr, cfg, a);
+      });
+    }
+    for (const CallStats& s : st) {
+      c.local = std::max(c.local, s.t_local / double(kN));
+      c.kernel = std::max(c.kernel, (s.t_kernel + s.t_plan) / double(kN));
+    }
+    c.bits = st[0].bits_per_coord;
+  } catch (const Error&) {
+    c.kernel = 1.0;  // a mode that cannot run here is never chosen
+  }
+  std::lock_guard<std::mutex> lock(mu);
+  cache.emplace(key, c);
+  return c;
+}
+
+std::vector<int64_t> AutoState::report() const {
+  std::vector<int64_t> v(kSlots, 0);
+  put(v, kBandwidth, my_bandwidth > 0, my_bandwidth);
+  put(v, kLatency, my_latency > 0, my_latency * 1e9);
+  put(v, kLossyLocal, calibrated, my_lossy.local * kPs);
+  put(v, kLossyKernel, calibrated, my_lossy.kernel * kPs);
+  put(v, kLossyBits, calibrated, my_lossy.bits * kMicro);
+  put(v, kLosslessKernel, calibrated, my_lossless.kernel * kPs);
+  put(v, kLosslessBits, calibrated, my_lossless.bits * kMicro);
+  for (size_t i = 0; i < 3; ++i) put(v, kCorrection + 2 * i, my_correction[i] > 0, my_correction[i] * kMicro);
+  return v;
+}
+
+void AutoState::absorb(const std::vector<int64_t>& s) {
+  if (s.size() != kSlots) return;
+  shared = true;
+  bandwidth = mean(s, kBandwidth, 1.0, bandwidth);
+  latency = mean(s, kLatency, 1e9, latency);
+  lossy.local = mean(s, kLossyLocal, kPs, lossy.local);
+  lossy.kernel = mean(s, kLossyKernel, kPs, lossy.kernel);
+  lossy.bits = mean(s, kLossyBits, kMicro, lossy.bits);
+  lossless.kernel = mean(s, kLosslessKernel, kPs, lossless.kernel);
+  lossless.bits = mean(s, kLosslessBits, kMicro, lossless.bits);
+  for (size_t i = 0; i < 3; ++i) correction[i] = mean(s, kCorrection + 2 * i, kMicro, correction[i]);
+}
+
+AutoState& inter_auto_state(AutoState& s) {
+  if (!s.inter) s.inter = std::make_unique<AutoState>();
+  return *s.inter;
+}
+
+AutoPrediction auto_predict(const AutoState& s, const CollectiveConfig& cfg, int n, int64_t numel, DType dtype) {
+  AutoPrediction p;
+  p.modes[0] = kModeNone;
+  p.modes[1] = mode_id("lossless");
+  p.modes[2] = cfg.auto_lossy;
+  for (double& t : p.seconds) t = 0.0;
+  const double bw = cfg.auto_bandwidth > 0 ? cfg.auto_bandwidth : s.bandwidth;
+  if (n <= 1 || !s.shared || !(bw > 0) || numel < std::max<int64_t>(cfg.min_compress_numel, 1)) return p;
+  const double lat = cfg.auto_latency >= 0 ? cfg.auto_latency : s.latency;
+  const double es = dtype_size(dtype), N = double(numel), f = 2.0 * (n - 1) / n;
+  const double R = rounds(cfg.topology, n), Rm = rounds(metadata_topology(cfg.topology, n), n);
+  const double ll_bits = std::min(8.0 * es, s.lossless.bits * es / 4.0);
+  p.seconds[0] = R * lat + f * N * es / bw;
+  p.seconds[1] = R * lat + f * N * ll_bits / 8.0 / bw + f * N * s.lossless.kernel;
+  p.seconds[2] = (R + Rm) * lat + f * N * s.lossy.bits / 8.0 / bw + N * s.lossy.local + f * N * s.lossy.kernel;
+  for (int i = 0; i < 3; ++i) p.seconds[i] *= s.correction[i];
+  p.predicted = true;
+  for (int i = 1; i < 3; ++i)
+    if (p.seconds[i] < p.seconds[p.choice]) p.choice = i;
+  const int last = s.last_choice;
+  if (last >= 0 && last != p.choice && p.seconds[p.choice] > (1.0 - kAutoHysteresis) * p.seconds[last])
+    p.choice = last;
+  return p;
+}
+
+CallStats auto_all_reduce(Transport& tr, const CollectiveConfig& cfg, const CallArgs& a) {
+  DQ_CHECK(cfg.mode == kModeAuto, "auto_all_reduce: mode is not auto");
+  AutoState fresh;
+  AutoState& st = a.auto_state ? *a.auto_state : fresh;
+  if (!st.calibrated) {
+    CollectiveConfig c = cfg;
+    c.mode = cfg.auto_lossy;
+    st.my_lossy = calibrate_codec(c);
+    c.mode = mode_id("lossless");
+    st.my_lossless = calibrate_codec(c);
+    if (a.device) {  // device kernels: not measured, counted as free (the wire decides)
+      st.my_lossy.local = st.my_lossy.kernel = 0.0;
+      st.my_lossless.local = st.my_lossless.kernel = 0.0;
+    }
+    st.calibrated = true;
+  }
+  if (st.calls == 0) {  // the group's first bucket: share the calibration before deciding
+    std::vector<int64_t> v = st.report();
+    tr.allreduce_sum_i64(v.data(), v.size());
+    st.absorb(v);
+  }
+  const AutoPrediction p = auto_predict(st, cfg, tr.size(), a.numel, a.dtype);
+  CollectiveConfig c = cfg;
+  c.mode = p.modes[p.choice];
+  AutoExchange ex;
+  ex.local = st.report();
+  ex.fingerprint = cfg.fingerprint();
+  CallArgs b = a;
+  b.auto_state = nullptr;
+  b.auto_exchange = &ex;
+  const double corr_used = st.correction[p.choice];
+  CallStats cs = all_reduce(tr, c, b);
+  st.calls += 1;
+  if (p.predicted) st.last_choice = p.choice;
+  st.absorb(ex.sums);
+  // this rank's samples, shared with the next bucket's header
+  if (cs.slices == 1 && cs.t_header > 0)
+    st.my_latency = st.my_latency > 0 ? std::min(st.my_latency, cs.t_header) : cs.t_header;
+  const bool big = cs.bytes_sent >= (int64_t(1) << 20);
+  if (c.mode == kModeNone && cs.path == Path::kExactMode && big) {
+    const double exec = cs.t_total - cs.t_header - cs.t_local - cs.t_meta - cs.t_plan;
+    if (exec > 0) st.my_bandwidth = double(cs.bytes_sent) / exec;
+  }
+  if (p.predicted && big && corr_used > 0) {
+    const double raw = p.seconds[p.choice] / corr_used;
+    if (raw > 0) st.my_correction[p.choice] = cs.t_total / raw;
+  }
+  cs.auto_choice = int32_t(c.mode);
+  for (int i = 0; i < 3; ++i) cs.auto_predicted[i] = p.seconds[i];
+  return cs;
+}
+
+}  // namespace dynamiq
