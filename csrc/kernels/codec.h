@@ -43,6 +43,10 @@ struct Plan {
   std::vector<int64_t> wire_offset;
   // chunk_begin[c] = first wire position of chunk c (size num_chunks + 1).
   std::vector<int64_t> chunk_begin;
+  // Mode bounded: the absolute error bound e of one compression, resolved by
+  // the scheme from the config (and, for a relative bound, the all-reduced
+  // statistics), so equal on every rank. 0 for the other modes.
+  float error_bound = 0.0f;
 
   int64_t src_unit(int64_t w) const { return order.empty() ? w : order[size_t(w)]; }
   int64_t unit_elem_begin(int64_t src) const { return src * unit; }

@@ -15,7 +15,8 @@ namespace dynamiq {
   X("none", 0, make_identity_scheme)     \
   X("dynamiq", 1, make_dynamiq_scheme)   \
   X("lossless", 2, make_lossless_scheme) \
-  X("bitsplit", 3, make_bitsplit_scheme)
+  X("bitsplit", 3, make_bitsplit_scheme) \
+  X("bounded", 4, make_bounded_scheme)
 
 #define DQ_DECLARE_FACTORY(name, id, factory) std::unique_ptr<Scheme> factory(const CollectiveConfig& cfg);
 DQ_BUILTIN_CODECS(DQ_DECLARE_FACTORY)

@@ -104,14 +104,18 @@ def _next_direct_seq(group_name: str) -> int:
 
 
 def run_collective(tensor: torch.Tensor, group_name: str, config: Config, op: str, seq: int,
-                   u: Optional[tuple] = None, device: Optional[str] = None) -> dict:
+                   u: Optional[tuple] = None, device: Optional[str] = None, timeline: bool = False,
+                   local_pass=None) -> dict:
     """Runs one collective synchronously on the calling thread (the group worker).
 
     Validates the tensor; a rank with bad input still takes part in the header
     exchange so that its peers raise at once instead of timing out. `device`:
     where the collective's buffers and header live (`comm_device`, evaluated on
     the thread that issued the collective: the current CUDA device is per
-    thread); None evaluates it here.
+    thread); None evaluates it here. `timeline=True` adds the call's
+    per-operation timeline to the statistics (`stats["timeline"]`, docs/api.md).
+    `local_pass`: the bucket's statistics pass run ahead (`_C.precompute_local_pass` of
+    this tensor and config), or None.
     """
     code, msg = check_tensor(tensor, group_name)
     cpp = config._to_cpp()
@@ -125,7 +129,7 @@ def run_collective(tensor: torch.Tensor, group_name: str, config: Config, op: st
             pass
         raise DynamiqError(msg)
     return _C.all_reduce(tensor.view(-1) if tensor.dim() != 1 else tensor, group_name, cpp, op, seq, u, 0,
-                         device, staging=staging)
+                         device, staging=staging, timeline=bool(timeline), local_pass=local_pass)
 
 
 def ready_event(tensor: torch.Tensor, group_name: str) -> Optional["torch.cuda.Event"]:
@@ -399,7 +403,7 @@ def all_gather(output: torch.Tensor, input: torch.Tensor, config: Optional[Confi
 
 def simulate(tensors: Sequence[torch.Tensor], config: Optional[Config] = None, op: str = "sum",
              call_index: int = 0, return_stats: bool = False, timeout: float = 300.0,
-             collective: str = "all_reduce"):
+             collective: str = "all_reduce", timeline: bool = False):
     """Runs the collective over an in-process transport, one tensor per simulated rank.
 
     Uses the very same C++ schedule, codec and wire format as a real run: the
@@ -410,6 +414,8 @@ def simulate(tensors: Sequence[torch.Tensor], config: Optional[Config] = None, o
     rank's statistics): for "all_reduce" the reduced tensor; for "reduce_scatter"
     (each tensor a rank's input of n equal shards) the rank's shard, 1-D; for
     "all_gather" (each tensor a rank's shard) the gathered 1-D tensor.
+    `timeline=True` (all-reduce only) adds each rank's per-operation timeline
+    to its statistics (`stats[r]["timeline"]`; with return_stats=True).
     """
     if collective not in _KINDS:
         raise ValueError(f"dynamiq.simulate: collective must be one of {sorted(_KINDS)}, got {collective!r}")
@@ -420,6 +426,8 @@ def simulate(tensors: Sequence[torch.Tensor], config: Optional[Config] = None, o
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
         raise ValueError(f"dynamiq.simulate: timeout must be a positive number of seconds, got {timeout!r}")
     timeout = min(float(timeout), 1e9)  # (inf: no limit; the C++ clock counts at most ~292 years)
+    if timeline and collective != "all_reduce":
+        raise ValueError("dynamiq.simulate: timeline=True is available for collective='all_reduce' only")
     config = config if config is not None else Config()
     t0 = tensors[0]
     for i, t in enumerate(tensors):
@@ -432,7 +440,8 @@ def simulate(tensors: Sequence[torch.Tensor], config: Optional[Config] = None, o
     work = [t.detach().to("cpu", copy=True).contiguous() for t in tensors]
     seq = DIRECT_SEQ_BASE + int(call_index)
     if collective == "all_reduce":
-        stats = _C.simulate([w.view(-1) for w in work], config._to_cpp(), op, seq, float(timeout))
+        stats = _C.simulate([w.view(-1) for w in work], config._to_cpp(), op, seq, float(timeout),
+                            bool(timeline))
         return (work, stats) if return_stats else work
     if collective == "all_gather" and config.mode not in ("none", "lossless"):
         raise DynamiqError(f"dynamiq.simulate: an all-gather runs in mode 'lossless' or 'none', not {config.mode!r}")

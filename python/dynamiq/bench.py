@@ -106,7 +106,8 @@ def parse_modes(text: str) -> List[ModeSpec]:
         tok = tok.strip()
         mode, _, bits = tok.partition(":")
         if mode not in DYNAMIQ_MODES:
-            raise UsageError(f"unknown mode {tok!r}: expected none, dynamiq[:BITS], lossless or bitsplit[:BITS]")
+            raise UsageError(f"unknown mode {tok!r}: expected none, dynamiq[:BITS], lossless, bitsplit[:BITS] "
+                             "or bounded[:ERROR_BOUND]")
         if bits and mode in EXACT_MODES:
             raise UsageError(f"mode {tok!r}: {mode} takes no bit width")
         b = None
@@ -164,7 +165,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog=PROG, description=__doc__.split("\n\n")[0],
                 formatter_class=argparse.RawDescriptionHelpFormatter,
                 epilog="Modes: none, dynamiq[:BITS] (budget in bits per coordinate, 2 < BITS <= 16), lossless, "
-                       "bitsplit[:BITS] (integer code width 2..8). The backend's own collective always runs first "
+                       "bitsplit[:BITS] (integer code width 2..8), bounded[:E] (absolute error bound, default 1e-5). "
+                       "The backend's own collective always runs first "
                        "at each size (the speedup baseline).")
     p.add_argument("--local", type=int, metavar="N",
                    help="spawn N processes on this machine joined by a Gloo group on loopback (default when not "
@@ -238,7 +240,9 @@ def make_config(spec: ModeSpec, topology: str, args: argparse.Namespace):
     kw = dict(args.overrides)
     kw.setdefault("seed", args.seed)
     kw.update(mode=spec.mode, topology=topology)
-    if spec.bits is not None:
+    if spec.mode == "bounded":  # bounded:E is the absolute error bound (default 1e-5, gradient_like's scale)
+        kw["error_bound"] = spec.bits if spec.bits is not None else 1e-5
+    elif spec.bits is not None:
         kw["bits"] = spec.bits
     elif spec.mode == "bitsplit":
         kw["bits"] = 4  # (Config's default 5.0 is dynamiq's; bitsplit's usual width is 4)

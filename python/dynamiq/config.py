@@ -49,7 +49,9 @@ class Config:
     Fields:
       mode: "dynamiq" (lossy: variable 2/4/8-bit widths under a bit budget),
         "lossless" (exponent coding, bit-identical to "none"), "bitsplit"
-        (INT2-INT8 group quantization), "none" (uncompressed, through the
+        (INT2-INT8 group quantization), "bounded" (error-bounded: every
+        compression's per-coordinate error <= error_bound; needs
+        error_bound or error_bound_rel), "none" (uncompressed, through the
         same driver), or "auto": per bucket one of `auto_lossy`, "lossless"
         and "none", whichever a cost model (measured link bandwidth and
         latency, this machine's codec speed, the bucket's size) predicts
@@ -106,6 +108,13 @@ class Config:
       hierarchical_scales: dynamiq: uint8 group scales under a bf16
         super-group scale (True, the format); False sends bf16 group scales
         (ablation).
+      error_bound: bounded: the absolute error bound e of one compression
+        (> 0, at most 2**126; rounded down to float32). A sum over n ranks
+        is within n x e of the exact sum on every topology (docs/modes.md).
+      error_bound_rel: bounded: a bound relative to the bucket's value
+        range, in (0, 1]: e = error_bound_rel x the mean over ranks of each
+        rank's max - min, resolved per collective and equal on all ranks.
+        Give exactly one of error_bound and error_bound_rel.
       block_bytes: wire bytes per pipelined block (sub-chunk). 0 (default)
         picks per path: 1 MiB on the compressed paths, where the kernel of
         block k overlaps the transfer of block k+1, and 4 MiB on the exact
@@ -148,6 +157,8 @@ class Config:
     eps: Optional[tuple] = None
     uniform_levels: bool = False
     hierarchical_scales: bool = True
+    error_bound: Optional[float] = None
+    error_bound_rel: Optional[float] = None
     block_bytes: int = 0
     min_compress_numel: int = 4096
     window_bytes: int = 16 * 1024 * 1024
@@ -222,6 +233,25 @@ class Config:
                 raise _err("bits", self.bits, "an integer width 2..8 for mode='bitsplit'")
             if self.rounding not in (None,) + _BITSPLIT_ROUNDING:
                 raise _err("rounding", self.rounding, "'stochastic', 'nearest' for mode='bitsplit'")
+        for name in ("error_bound", "error_bound_rel"):
+            v = getattr(self, name)
+            if v is None:
+                continue
+            if self.mode != "bounded":
+                raise _err(name, v, "None unless mode='bounded'")
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                raise _err(name, v, "a number")
+        if self.mode == "bounded":
+            a, r = self.error_bound, self.error_bound_rel
+            if (a is None) == (r is None):
+                raise ConfigError("dynamiq.Config: mode='bounded' needs exactly one of error_bound (absolute) "
+                                  "and error_bound_rel (relative to the value range)")
+            if a is not None and not (0.0 < float(a) <= 2.0 ** 126):
+                raise _err("error_bound", a, "a number in (0, 2**126]")
+            if r is not None and not (0.0 < float(r) <= 1.0):
+                raise _err("error_bound_rel", r, "a number in (0, 1]")
+            if self.rounding is not None:
+                raise _err("rounding", self.rounding, "None for mode='bounded' (round to the nearest bin)")
         if self.mode in ("none", "lossless") and self.rounding is not None:
             raise _err("rounding", self.rounding, f"None for mode={self.mode!r} (it is exact)")
         gs = self.group_size if self.group_size is not None else 16
@@ -342,6 +372,8 @@ class Config:
             c.eps = list(self.eps)
         c.uniform_levels = self.uniform_levels
         c.hierarchical_scales = self.hierarchical_scales
+        c.error_bound = float(self.error_bound) if self.error_bound is not None else 0.0
+        c.error_bound_rel = float(self.error_bound_rel) if self.error_bound_rel is not None else 0.0
         c.block_bytes = self.block_bytes
         c.min_compress_numel = self.min_compress_numel
         c.window_bytes = self.window_bytes

@@ -6,6 +6,7 @@
 and `dynamiq.register(ddp_model, config)`, the one-call shortcut built on them.
 """
 
+import concurrent.futures
 import gc
 import threading
 import weakref
@@ -14,6 +15,7 @@ from typing import Any, Dict, List, Optional
 import torch
 import torch.distributed as dist
 
+from . import _C
 from ._groups import _alive, _not_a_member, resolve_group
 from ._worker import worker_for
 from .api import DIRECT_SEQ_BASE, DynamiqError, comm_device_for, ready_event, run_collective, wait_ready
@@ -75,6 +77,14 @@ class HookState:
         all-reduces of the buckets) and `meta_bytes_sent` (dynamiq's
         statistics all-reduces), as in last_step_stats; `buckets`; buckets per
         path; exact allocator searches and fallbacks. Not in state_dict.
+      timeline: False by default; True adds each bucket's per-operation
+        timeline to its statistics (`last_step_stats[i]["timeline"]`,
+        docs/api.md); a switch applies from the next bucket on. Not in
+        state_dict; nothing on the wire changes.
+      stats_ahead: True by default: a CPU bucket's statistics pass runs on a
+        helper thread as soon as DDP hands the bucket over, while the worker
+        may still be sending earlier buckets (results and bytes unchanged);
+        False runs it on the worker, in turn.
 
     Tuning: lower `bits` sends less but adds error; "butterfly" needs fewer
     hops (error grows more slowly with world size) but each hop carries more.
@@ -82,7 +92,8 @@ class HookState:
     """
 
     __slots__ = ("_config", "process_group", "own_group", "group_name", "world_size", "step", "seq", "alloc_u",
-                 "last_step_stats", "_current", "totals", "_model", "_param_ids", "_seq_loaded", "__weakref__")
+                 "last_step_stats", "_current", "totals", "_model", "_param_ids", "_seq_loaded", "timeline",
+                 "stats_ahead", "__weakref__")
 
     def __init__(self, config: Optional[Config] = None, process_group: Optional[dist.ProcessGroup] = None) -> None:
         self.config = config if config is not None else Config()
@@ -103,6 +114,8 @@ class HookState:
         self._model = None  # weakref to the DDP model once bound (None: unbound, or bound without one)
         self._param_ids: frozenset = frozenset()
         self._seq_loaded = False
+        self.timeline = False
+        self.stats_ahead = True
 
     @property
     def config(self) -> Config:
@@ -353,6 +366,12 @@ def comm_hook(state: HookState, bucket: dist.GradBucket) -> torch.futures.Future
     state.seq += 1
     u = state.alloc_u.get(index)
     name = state.group_name
+    timeline = bool(state.timeline)
+    # the bucket's statistics now, beside earlier buckets' transfers (CPU buckets of a
+    # compressing mode): the worker finds them done when the bucket's turn comes
+    prep = None
+    if state.stats_ahead and buf.layout == torch.strided and buf.device.type == "cpu" and config.mode != "none":
+        prep = _prep_pool(name).submit(_precompute, buf, config)
 
     ev = ready_event(buf, name)
     device = comm_device_for(buf, name)  # on the caller's thread
@@ -362,7 +381,14 @@ def comm_hook(state: HookState, bucket: dist.GradBucket) -> torch.futures.Future
         try:
             wait_ready(buf, ev)
             if buf.layout == torch.strided:
-                stats = run_collective(buf, name, config, "mean", seq, u, device=device)
+                pre = None
+                if prep is not None:
+                    try:
+                        pre = prep.result()
+                    except Exception:  # noqa: BLE001 - the call runs its own pass and reports
+                        pre = None
+                stats = run_collective(buf, name, config, "mean", seq, u, device=device, timeline=timeline,
+                                       local_pass=pre)
             else:
                 result, stats = _sparse_mean(buf, state.own_group)
             state._record(index, stats, is_last, buf.element_size())
@@ -379,6 +405,27 @@ def comm_hook(state: HookState, bucket: dist.GradBucket) -> torch.futures.Future
     # that raises marks the chained Future failed, and backward() raises a
     # RuntimeError naming the exception: "... TransportError: dynamiq: ...".
     return fut.then(_result)
+
+
+_prep_pools: Dict[str, "concurrent.futures.ThreadPoolExecutor"] = {}
+_prep_lock = threading.Lock()
+
+
+def _prep_pool(name: str) -> "concurrent.futures.ThreadPoolExecutor":
+    """One helper thread per group for buckets' statistics passes (HookState.stats_ahead)."""
+    with _prep_lock:
+        pool = _prep_pools.get(name)
+        if pool is None:
+            pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"dynamiq-stats-{name}")
+            _prep_pools[name] = pool
+        return pool
+
+
+def _precompute(buf: torch.Tensor, config: Config):
+    try:
+        return _C.precompute_local_pass(buf.view(-1) if buf.dim() != 1 else buf, config._to_cpp())
+    except Exception:  # noqa: BLE001 - the call runs its own pass and reports what failed
+        return None
 
 
 def _result(fut: torch.futures.Future) -> torch.Tensor:

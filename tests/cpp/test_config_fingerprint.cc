@@ -30,6 +30,7 @@ std::vector<Variant> variants() {
       {"mode", [](CollectiveConfig& c) { c.mode = mode_id("dynamiq"); }},
       {"mode lossless", [](CollectiveConfig& c) { c.mode = mode_id("lossless"); }},
       {"mode bitsplit", [](CollectiveConfig& c) { c.mode = mode_id("bitsplit"); }},
+      {"mode bounded", [](CollectiveConfig& c) { c.mode = mode_id("bounded"); }},
       {"topology", [](CollectiveConfig& c) { c.topology = Topology::kButterfly; }},
       {"topology twostep", [](CollectiveConfig& c) { c.topology = Topology::kTwoStep; }},
       {"seed", [](CollectiveConfig& c) { c.seed = 1; }},
@@ -62,6 +63,9 @@ std::vector<Variant> variants() {
       {"auto_lossy", [](CollectiveConfig& c) { c.mode = kModeAuto; c.auto_lossy = mode_id("bitsplit"); }},
       {"auto_bandwidth", [](CollectiveConfig& c) { c.mode = kModeAuto; c.auto_bandwidth = 1e9; }},
       {"auto_latency", [](CollectiveConfig& c) { c.mode = kModeAuto; c.auto_latency = 1e-4; }},
+      {"error_bound", [](CollectiveConfig& c) { c.error_bound = 1e-3; }},
+      {"error_bound by one ulp", [](CollectiveConfig& c) { c.error_bound = std::nextafter(1e-3, 1.0); }},
+      {"error_bound_rel", [](CollectiveConfig& c) { c.error_bound_rel = 1e-3; }},
   };
 }
 
@@ -99,10 +103,10 @@ TEST(ConfigFingerprint, RankLocalWindowDoesNotChangeIt) {
 }
 
 // Every field of the struct is one of the variants above or window_bytes. On LP64 (x86-64,
-// aarch64) the struct is 128 bytes; a new field changes that: add it to the fingerprint (or
+// aarch64) the struct is 144 bytes; a new field changes that: add it to the fingerprint (or
 // say why not, as for window_bytes) and to variants(), then update the size here.
 TEST(ConfigFingerprint, NoFieldIsForgotten) {
-  EXPECT_EQ(sizeof(CollectiveConfig), 128u)
+  EXPECT_EQ(sizeof(CollectiveConfig), 144u)
       << "CollectiveConfig changed: fingerprint the new field and add it to this test's variants";
 }
 

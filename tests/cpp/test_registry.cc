@@ -24,7 +24,7 @@ namespace dynamiq {
 namespace {
 
 TEST(Registry, BuiltInModesKeepTheirWireIds) {
-  const std::vector<std::pair<std::string, int>> builtin = {{"none", 0}, {"dynamiq", 1}, {"lossless", 2}, {"bitsplit", 3}};
+  const std::vector<std::pair<std::string, int>> builtin = {{"none", 0}, {"dynamiq", 1}, {"lossless", 2}, {"bitsplit", 3}, {"bounded", 4}};
   const std::vector<ModeInfo> listed = registered_modes();
   ASSERT_GE(listed.size(), builtin.size());
   for (size_t i = 0; i < builtin.size(); ++i) {
@@ -35,6 +35,7 @@ TEST(Registry, BuiltInModesKeepTheirWireIds) {
     EXPECT_EQ(mode_name(Mode(id)), name);
     CollectiveConfig c;
     c.mode = Mode(id);
+    if (name == "bounded") c.error_bound = 1e-3;  // its scheme needs a bound
     EXPECT_EQ(make_scheme(c)->mode(), Mode(id)) << name;
   }
   EXPECT_EQ(kModeNone, mode_id("none"));

@@ -120,6 +120,9 @@ std::vector<Case> cases() {
     c.group_size = 32;
     c.spike_reserve = 1;
   });
+  add("bounded.abs1e-3", mode_id("bounded"), [](CollectiveConfig& c) { c.error_bound = 1e-3; });
+  add("bounded.abs0.25", mode_id("bounded"), [](CollectiveConfig& c) { c.error_bound = 0.25; });
+  add("bounded.rel1e-4", mode_id("bounded"), [](CollectiveConfig& c) { c.error_bound_rel = 1e-4; });
   return v;
 }
 

@@ -1,4 +1,4 @@
-// The codec harness shared by fuzz_codec_{dynamiq,lossless,bitsplit,identity}.cc: a plan
+// The codec harness shared by fuzz_codec_{dynamiq,lossless,bitsplit,bounded,identity}.cc: a plan
 // made as a collective makes it (the mode's scheme, the plan from real statistics of a
 // deterministic bucket, the block table), one block of it, and one receiving role of the
 // codec run on the fuzzed bytes as that block's message:
@@ -107,6 +107,8 @@ struct CodecCase {
 //             custom eps for widths 4 and 8 from p[4], p[5] (/ 256)
 //   bitsplit: bits = 2 + p[0] % 7; group {0 (default), 32, 64, 96, 128, 256}[p[1] % 6];
 //             spike_reserve p[2] % 3 - 1; p[3]: bit 0 log scales, bit 1 nearest rounding
+//   bounded:  p[0] bit 0 relative bound: error_bound_rel = (1 + p[1]) / 256 x 2^-(p[2] % 24);
+//             else error_bound = (1 + p[1] / 256) x 2^(p[2] % 96 - 80) (2^-80 .. 2^15)
 //   lossless, none: nothing
 inline CollectiveConfig config_of(const CodecCase& c) {
   CollectiveConfig cfg;
@@ -139,6 +141,11 @@ inline CollectiveConfig config_of(const CodecCase& c) {
     cfg.spike_reserve = p[2] % 3 - 1;
     cfg.log_scales = p[3] & 1;
     cfg.stochastic = !(p[3] & 2);
+  } else if (c.mode == mode_id("bounded")) {
+    if (p[0] & 1)
+      cfg.error_bound_rel = (1.0 + p[1]) / 256.0 * std::ldexp(1.0, -(p[2] % 24));
+    else
+      cfg.error_bound = (1.0 + p[1] / 256.0) * std::ldexp(1.0, p[2] % 96 - 80);
   }
   return cfg;
 }

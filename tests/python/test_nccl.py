@@ -26,7 +26,7 @@ import dynamiq
 from dist_utils import run_ranks
 
 WORLD = 2
-MODES = tuple(dynamiq.available_modes())
+MODES = tuple(m for m in dynamiq.available_modes() if m != "bounded")  # bounded has no CUDA codec yet
 TOPOLOGIES = ("ring", "butterfly", "twostep")
 DTYPES = (torch.float32, torch.bfloat16)
 

@@ -11,11 +11,12 @@ from dynamiq import _C
 
 
 def test_modes_and_their_wire_ids():
-    assert dynamiq.available_modes() == ["none", "dynamiq", "lossless", "bitsplit"]
+    assert dynamiq.available_modes() == ["none", "dynamiq", "lossless", "bitsplit", "bounded"]
     for i, mode in enumerate(dynamiq.available_modes()):
         assert _C.mode_id(mode) == i
         assert _C.mode_name(i) == mode
-        assert dynamiq.Config(mode=mode)._to_cpp().mode == i
+        kw = {"error_bound": 1e-3} if mode == "bounded" else {}
+        assert dynamiq.Config(mode=mode, **kw)._to_cpp().mode == i
     assert _C.mode_name(250) == "?"
     with pytest.raises(dynamiq.DynamiqError, match="unknown mode 'nope'"):
         _C.mode_id("nope")

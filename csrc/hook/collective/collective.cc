@@ -26,6 +26,17 @@ double secs(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
 
+// A driver phase [t0, t1] of slice `slice`, when the call records a timeline.
+void phase(Timeline* tl, const char* name, uint32_t slice, Clock::time_point t0, Clock::time_point t1) {
+  if (!tl) return;
+  TimelineEvent e;
+  e.name = name;
+  e.slice = int32_t(slice);
+  e.t_post = e.t_start = std::chrono::duration<double>(t0.time_since_epoch()).count();
+  e.t_end = std::chrono::duration<double>(t1.time_since_epoch()).count();
+  tl->events.push_back(e);
+}
+
 // Device codecs, made once per (config, mode, device, stream) and kept: their
 // tables (dynamiq's levels and permutation columns, its plan buffers, the
 // lossless scratch, bitsplit's flag) are allocated and uploaded once, not at
@@ -81,7 +92,8 @@ void* output_base(Collective kind, void* data, void* output, int64_t numel, DTyp
 // number of blocks.
 int64_t run_exact(Transport& tr, Topology topo, void* data, DType dtype, int64_t numel, ReduceOp op,
                   int64_t block_bytes, int64_t window_bytes, ExecStats& st, const Device* device = nullptr,
-                  Collective kind = Collective::kAllReduce, void* output = nullptr, int mean_world = 0) {
+                  Collective kind = Collective::kAllReduce, void* output = nullptr, int mean_world = 0,
+                  Timeline* tl = nullptr, int32_t slice = 0, const char* part = "data") {
   const int n = tr.size();
   IdentityCodec host_codec;
   const std::shared_ptr<Codec> device_codec =
@@ -103,6 +115,9 @@ int64_t run_exact(Transport& tr, Topology topo, void* data, DType dtype, int64_t
   ea.out.divisor = op == ReduceOp::kMean ? float(mean_world > 0 ? mean_world : n) : 1.0f;
   ea.window_bytes = window_bytes;
   ea.memory = device ? &device->memory() : nullptr;
+  ea.timeline = tl;
+  ea.timeline_slice = slice;
+  ea.timeline_part = part;
   execute(tr, codec, plan, bt, prog, ea, st);
   return int64_t(bt.blocks.size());
 }
@@ -142,10 +157,11 @@ void clear_device_codecs() {
 
 void all_reduce_exact_f32(Transport& tr, Topology topo, float* data, int64_t count,
                           int64_t block_bytes, int64_t window_bytes, int64_t* bytes_sent,
-                          const Device* device) {
+                          const Device* device, Timeline* timeline, int32_t slice) {
   ExecStats es;
   if (!device) {
-    run_exact(tr, topo, data, DType::kF32, count, ReduceOp::kSum, block_bytes, window_bytes, es);
+    run_exact(tr, topo, data, DType::kF32, count, ReduceOp::kSum, block_bytes, window_bytes, es, nullptr,
+              Collective::kAllReduce, nullptr, 0, timeline, slice, "meta");
     if (bytes_sent) *bytes_sent += es.bytes_sent;
     return;
   }
@@ -156,7 +172,8 @@ void all_reduce_exact_f32(Transport& tr, Topology topo, float* data, int64_t cou
   std::unique_ptr<void, decltype(release)> d(mem.allocate(bytes), release);
   mem.from_host(d.get(), data, bytes);
   try {
-    run_exact(tr, topo, d.get(), DType::kF32, count, ReduceOp::kSum, block_bytes, window_bytes, es, device);
+    run_exact(tr, topo, d.get(), DType::kF32, count, ReduceOp::kSum, block_bytes, window_bytes, es, device,
+              Collective::kAllReduce, nullptr, 0, timeline, slice, "meta");
   } catch (...) {
     keep_forever(d.release());  // receives may still write there: never freed
     throw;
@@ -281,13 +298,16 @@ struct Layout {
 };
 
 Layout plan_compressed(Transport& tr, const CollectiveConfig& cfg, const CallArgs& a, const Scheme& scheme,
-                       std::vector<float>& stats, CallStats& cs) {
+                       std::vector<float>& stats, CallStats& cs, uint32_t slice) {
   const int n = tr.size();
   auto t0 = Clock::now();
   if (!stats.empty())
     all_reduce_exact_f32(tr, metadata_topology(cfg.topology, n), stats.data(), int64_t(stats.size()),
-                         cfg.exact_block_bytes(), cfg.window_bytes, &cs.meta_bytes_sent, a.device);
-  cs.t_meta = secs(t0, Clock::now());
+                         cfg.exact_block_bytes(), cfg.window_bytes, &cs.meta_bytes_sent, a.device, a.timeline,
+                         int32_t(slice));
+  const auto t_meta_end = Clock::now();
+  cs.t_meta = secs(t0, t_meta_end);
+  phase(a.timeline, "meta", slice, t0, t_meta_end);
 
   t0 = Clock::now();
   PlanState local_state;
@@ -300,7 +320,9 @@ Layout plan_compressed(Transport& tr, const CollectiveConfig& cfg, const CallArg
                : scheme.make_shard_plan(a.dtype, a.numel, n, n, global, ps, info);
   l.bt = make_blocks(l.plan, cfg.compressed_block_bytes());
   l.prog = make_program(cfg.topology, tr.rank(), n, l.bt, a.kind);
-  cs.t_plan = secs(t0, Clock::now());
+  const auto t1 = Clock::now();
+  cs.t_plan = secs(t0, t1);
+  phase(a.timeline, "plan", slice, t0, t1);
   cs.bits_per_coord = info.bits_per_coord;
   for (int i = 0; i < 5; ++i) cs.width_units[i] = info.width_units[i];
   cs.alloc_passes = info.alloc_passes;
@@ -328,6 +350,8 @@ ExecArgs compressed_exec_args(Transport& tr, const CollectiveConfig& cfg, const 
   ea.rng.correlated = cfg.correlated;
   ea.rng.stochastic = cfg.stochastic;
   ea.memory = a.device ? &a.device->memory() : nullptr;
+  ea.timeline = a.timeline;
+  ea.timeline_slice = int32_t(slice);
   return ea;
 }
 
@@ -340,6 +364,10 @@ CallStats all_reduce_one(Transport& tr, const CollectiveConfig& cfg, const CallA
   const auto t_start = Clock::now();
   CallStats cs;
   cs.numel = a.numel;
+  if (a.timeline) {
+    a.timeline->rank = tr.rank();
+    a.timeline->world = tr.size();
+  }
   // A null bucket is reported like any bad input: in the header exchange, so
   // that the peers raise with this rank instead of waiting for it.
   const int n = tr.size();
@@ -355,8 +383,20 @@ CallStats all_reduce_one(Transport& tr, const CollectiveConfig& cfg, const CallA
 
   auto t0 = Clock::now();
   LocalPass pass;
-  if (ok_input && ok_config && !setup.scheme->identity()) pass = run_local_pass(*setup.scheme, a);
-  cs.t_local = secs(t0, Clock::now());
+  if (ok_input && ok_config && !setup.scheme->identity()) {
+    const PrecomputedLocalPass* pre = a.local_pass;
+    if (pre && pre->fingerprint == cfg.fingerprint() && pre->data == a.data && pre->dtype == a.dtype &&
+        pre->numel == a.numel && !a.device && a.kind == Collective::kAllReduce &&
+        int64_t(pre->stats.size()) == setup.scheme->stats_count(a.dtype, a.numel)) {
+      pass.stats = pre->stats;
+      pass.nonfinite = pre->nonfinite;
+    } else {
+      pass = run_local_pass(*setup.scheme, a);
+    }
+  }
+  auto t1 = Clock::now();
+  cs.t_local = secs(t0, t1);
+  phase(a.timeline, "local", slice, t0, t1);
 
   t0 = Clock::now();
   std::vector<HeaderField> fields = collective_header_fields(cfg, a, slice);
@@ -366,7 +406,9 @@ CallStats all_reduce_one(Transport& tr, const CollectiveConfig& cfg, const CallA
       exchange_header(tr, fields,
                       {pass.nonfinite, local_error, !ok_config, pass.error != nullptr, a.kind,
                        a.auto_exchange ? &a.auto_exchange->local : nullptr});
-  cs.t_header = secs(t0, Clock::now());
+  t1 = Clock::now();
+  cs.t_header = secs(t0, t1);
+  phase(a.timeline, "header", slice, t0, t1);
   if (a.auto_exchange && hdr.error.empty()) a.auto_exchange->sums = hdr.sums;
   if (!ok_config) throw Error(setup.config_error);  // the detailed error; peers raise hdr.error
   if (pass.error) std::rethrow_exception(pass.error);
@@ -386,18 +428,48 @@ CallStats all_reduce_one(Transport& tr, const CollectiveConfig& cfg, const CallA
     cs.path = Path::kExactNonfinite;
   if (cs.path != Path::kCompressed) {
     cs.bits_per_coord = 8.0 * dtype_size(a.dtype);
+    t0 = Clock::now();
     cs.blocks = run_exact(tr, cfg.topology, a.data, a.dtype, a.numel, a.op, cfg.exact_block_bytes(),
-                          cfg.window_bytes, cs, a.device, a.kind, a.output, a.mean_world);
+                          cfg.window_bytes, cs, a.device, a.kind, a.output, a.mean_world, a.timeline,
+                          int32_t(slice));
+    phase(a.timeline, "exact", slice, t0, Clock::now());
     finish(cs, t_start, a);
     return cs;
   }
-  const Layout l = plan_compressed(tr, cfg, a, *setup.scheme, pass.stats, cs);
+  const Layout l = plan_compressed(tr, cfg, a, *setup.scheme, pass.stats, cs, slice);
   if (a.device && !setup.device_codec) setup.device_codec = device_codec(cfg, *setup.scheme, *a.device);
   const Codec& codec = a.device ? *setup.device_codec : setup.scheme->codec();
+  t0 = Clock::now();
   execute(tr, codec, l.plan, l.bt, l.prog, compressed_exec_args(tr, cfg, a, slice), cs);
+  phase(a.timeline, "execute", slice, t0, Clock::now());
   finish(cs, t_start, a);
   return cs;
 }
+
+}  // namespace
+
+bool precompute_local_pass(const CollectiveConfig& cfg, const CallArgs& a, PrecomputedLocalPass& out) {
+  if (a.device || a.data == nullptr || a.kind != Collective::kAllReduce) return false;
+  try {
+    const std::unique_ptr<Scheme> scheme = make_scheme(cfg);
+    if (scheme->identity()) return false;
+    CallArgs b = a;
+    b.local_pass = nullptr;
+    LocalPass p = run_local_pass(*scheme, b);
+    if (p.error) return false;
+    out.fingerprint = cfg.fingerprint();
+    out.data = a.data;
+    out.dtype = a.dtype;
+    out.numel = a.numel;
+    out.stats = std::move(p.stats);
+    out.nonfinite = p.nonfinite;
+    return true;
+  } catch (const Error&) {
+    return false;
+  }
+}
+
+namespace {
 
 // Adds one slice's stats to a bucket's (see all_reduce).
 void add_slice(CallStats& total, const CallStats& c) {

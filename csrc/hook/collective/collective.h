@@ -16,6 +16,7 @@
 
 #include "hook/collective/config.h"
 #include "hook/collective/exec_stats.h"
+#include "hook/collective/timeline.h"
 #include "kernels/registry.h"
 #include "hook/transport/transport.h"
 
@@ -56,6 +57,19 @@ enum class InputError : int32_t {
 };
 constexpr int kNumInputErrors = 8;
 
+// A bucket's local pass (statistics and non-finite flag) run ahead of its
+// collective (precompute_local_pass), e.g. while the previous bucket is on
+// the wire. Used by the call whose config fingerprint, data, dtype and numel
+// it was made for; any other call (a slice of a bucket) runs its own.
+struct PrecomputedLocalPass {
+  uint64_t fingerprint = 0;
+  const void* data = nullptr;
+  DType dtype = DType::kF32;
+  int64_t numel = 0;
+  std::vector<float> stats;
+  bool nonfinite = false;
+};
+
 struct CallArgs {
   void* data = nullptr;
   DType dtype = DType::kF32;
@@ -86,6 +100,12 @@ struct CallArgs {
   // in the header fingerprint instead of numel, so that ranks whose tensors
   // differ in size are told so even when their padded sizes agree. <0: numel.
   int64_t caller_numel = -1;
+  // Non-null: the call's phases and every kernel, send and receive of its
+  // executor runs are appended there (timeline.h). Not part of the header
+  // fingerprint: ranks may differ, and nothing on the wire changes.
+  Timeline* timeline = nullptr;
+  // Non-null: this bucket's local pass, run earlier (see PrecomputedLocalPass).
+  const PrecomputedLocalPass* local_pass = nullptr;
   // kMean divides by this many ranks (0: the transport's size). The
   // hierarchical topology's inter-node all-reduce divides by the whole world.
   int32_t mean_world = 0;
@@ -94,6 +114,13 @@ struct CallArgs {
   AutoState* auto_state = nullptr;
   AutoExchange* auto_exchange = nullptr;
 };
+
+// Runs the local pass of an all-reduce of `args` under `cfg` now (host
+// memory only), for a later call with the same config and bucket. Returns
+// false (nothing to precompute: mode none, a config make_scheme rejects,
+// a device bucket, or a local pass that failed, which the call then runs and
+// reports itself).
+bool precompute_local_pass(const CollectiveConfig& cfg, const CallArgs& args, PrecomputedLocalPass& out);
 
 // The main all-reduce's executor counts and times, this rank (ExecStats:
 // bytes_sent, bytes_received, messages_sent, t_kernel, t_wait, t_post), and the
@@ -167,7 +194,7 @@ int64_t padded_shard(const CollectiveConfig& cfg, Collective kind, int world, in
 // memory and summed there.
 void all_reduce_exact_f32(Transport& tr, Topology topo, float* data, int64_t count,
                           int64_t block_bytes, int64_t window_bytes, int64_t* bytes_sent,
-                          const Device* device = nullptr);
+                          const Device* device = nullptr, Timeline* timeline = nullptr, int32_t slice = 0);
 
 // The topology of the metadata all-reduce for a collective on `data_topology`:
 // two-step instead of a ring of 4 or more ranks (the statistics are small, so

@@ -71,6 +71,10 @@ uint64_t CollectiveConfig::fingerprint() const {
     f.add(auto_bandwidth);
     f.add(auto_latency);
   }
+  if (error_bound != 0.0 || error_bound_rel != 0.0) {  // mode bounded; other configs fingerprint as before
+    f.add(error_bound);
+    f.add(error_bound_rel);
+  }
   // window_bytes is rank-local (receive buffering) and does not change the wire.
   return f.h;
 }

@@ -53,6 +53,10 @@ struct CollectiveConfig {
   std::array<float, 4> eps{{-1.f, -1.f, -1.f, -1.f}};
   bool uniform_levels = false;       // ablation: uniform levels
   bool hierarchical_scales = true;   // ablation: off = group scales as bf16
+  // Mode bounded: exactly one is nonzero. error_bound: the absolute bound e of
+  // one compression; error_bound_rel: r, e = r x the ranks' mean value range.
+  double error_bound = 0.0;
+  double error_bound_rel = 0.0;
 
   // Topology kHierarchical (hierarchical.h): ranks per node (consecutive
   // ranks share a node; 0: not given, an error there) and the mode of the

@@ -1,8 +1,10 @@
 // Runs one rank's schedule: posts receives ahead (up to a byte window), runs
 // the codec kernel of each op as its message arrives, and posts each send as
-// soon as its bytes exist. With blocks smaller than chunks this pipelines the
+// soon as its bytes exist, also ahead of its place in the program when the
+// executor would otherwise wait for a receive with the wire idle
+// (ExecArgs::send_ahead). With blocks smaller than chunks this pipelines the
 // collective: the receive of block k+1 is in flight while the fused kernel
-// runs on block k and the send of block k-1 drains.
+// runs on block k and the send of block k+1 is on the wire.
 //
 // Where things live:
 //   buffer_pool.h  message buffers reused across collectives; memory parked after a failure
@@ -19,6 +21,7 @@
 #include "hook/collective/buffer_pool.h"
 #include "hook/collective/exec_stats.h"
 #include "hook/collective/schedule.h"
+#include "hook/collective/timeline.h"
 #include "hook/transport/transport.h"
 #include "kernels/codec.h"
 
@@ -32,6 +35,18 @@ struct ExecArgs {
   // Where message buffers and the accumulator live (null: host memory); the
   // memory of the codec's pointers (a device's for the CUDA codecs).
   const Memory* memory = nullptr;
+  // Non-null: every kernel, send and receive is recorded there (timeline.h),
+  // as part of slice `timeline_slice` of the bucket.
+  Timeline* timeline = nullptr;
+  int32_t timeline_slice = 0;
+  const char* timeline_part = "data";
+  // Sends posted ahead of their place in the program (on transports that
+  // match by tag), at most this many at a time: before the executor blocks on
+  // a receive it posts the next sends whose bytes exist already (a leaf's
+  // compress, a pending or final message made earlier), so the wire has the
+  // next block while the kernel of this one runs. Same messages, same bytes,
+  // another posting order. 0: off; -1: $DYNAMIQ_SEND_AHEAD, else 2.
+  int send_ahead = -1;
 };
 
 // Tag bit marking the dynamic part of a two-part message.

@@ -16,7 +16,7 @@ void ReceiveWindow::post_at(size_t idx) {
   DQ_CHECK(!(view && pr.one_part), "executor: an output view for a two-part message");
   pr.buf = view ? BufferPool::view(view, 0) : env_.pool.get(env_.max_message_bytes(b));
   const size_t bytes = pr.one_part ? env_.max_message_bytes(b) : pr.static_bytes;
-  env_.timer.post([&] { pr.req = env_.tr.irecv(pr.buf->data(), bytes, op.peer, op.tag); });
+  pr.req = env_.irecv(op, pr.buf->data(), bytes, op.tag, &pr.tl_event);
   inflight_ += int64_t(pr.buf->capacity);
   posted_.push_back(std::move(pr));
 }
@@ -45,6 +45,7 @@ PostedRecv ReceiveWindow::pop_front() {
 
 void ReceiveWindow::wait_first_part(PostedRecv& r) {
   if (r.first_part_done) return;
+  mark_wait_start(r.tl_event);
   env_.timer.wait(*r.req);
   const Block& b = env_.block(env_.op(r.op));
   r.dyn = env_.codec.dynamic_bytes(r.buf->data(), env_.plan, b);
@@ -56,9 +57,18 @@ void ReceiveWindow::wait_first_part(PostedRecv& r) {
 void ReceiveWindow::post_second_part(PostedRecv& r) {
   if (r.dyn == 0 || r.one_part) return;
   const Op& op = env_.op(r.op);
-  env_.timer.post([&] {
-    r.dreq = env_.tr.irecv(r.buf->data() + r.static_bytes, r.dyn, op.peer, op.tag | kDynamicTagBit);
-  });
+  r.dreq = env_.irecv(op, r.buf->data() + r.static_bytes, r.dyn, op.tag | kDynamicTagBit, &r.tl_devent);
+}
+
+void ReceiveWindow::wait_second_part(PostedRecv& r) {
+  if (!r.dreq) return;
+  mark_wait_start(r.tl_devent);
+  env_.timer.wait(*r.dreq);
+}
+
+void ReceiveWindow::mark_wait_start(int64_t ev) {
+  TimelineRecorder* tl = env_.timer.timeline();
+  if (tl && ev >= 0 && tl->event(size_t(ev)).t_need < 0.0) tl->event(size_t(ev)).t_need = timeline_now();
 }
 
 void ReceiveWindow::park() {

@@ -27,6 +27,7 @@ struct PostedRecv {
   // The second part's receive, when it was posted before this receive's turn
   // (a joined group's receives on an ordered transport).
   std::unique_ptr<Request> dreq;
+  int64_t tl_event = -1, tl_devent = -1;  // their timeline events (timeline.h), -1: none
 };
 
 class ReceiveWindow {
@@ -53,12 +54,15 @@ class ReceiveWindow {
   void wait_first_part(PostedRecv& r);
   // Posts the receive of r's second part where it travels separately.
   void post_second_part(PostedRecv& r);
+  // Waits for r's second part, if it has a receive of its own.
+  void wait_second_part(PostedRecv& r);
 
   // After a failure: parks every posted receive's requests and buffer forever.
   void park();
 
  private:
   void post_at(size_t idx);
+  void mark_wait_start(int64_t ev);
 
   ExecEnv& env_;
   std::deque<PostedRecv> posted_;

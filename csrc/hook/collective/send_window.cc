@@ -8,7 +8,7 @@ void SendWindow::push(PendingSend&& s) {
 }
 
 void SendWindow::post(const Op& op, const BufferPool::Ptr& buf, size_t offset, size_t bytes, uint32_t tag) {
-  env_.timer.post([&] { push(PendingSend{env_.tr.isend(buf->data() + offset, bytes, op.peer, tag), buf, -1}); });
+  push(PendingSend{env_.isend(op, buf->data() + offset, bytes, tag), buf, -1, env_.index_of(op)});
 }
 
 void SendWindow::send_dynamic_part(const Op& op, const BufferPool::Ptr& buf, size_t static_bytes) {
@@ -16,7 +16,7 @@ void SendWindow::send_dynamic_part(const Op& op, const BufferPool::Ptr& buf, siz
 }
 
 void SendWindow::send_view(const Op& op, const uint8_t* data, size_t bytes) {
-  env_.timer.post([&] { push(PendingSend{env_.tr.isend(data, bytes, op.peer, op.tag), nullptr, op.block}); });
+  push(PendingSend{env_.isend(op, data, bytes, op.tag), nullptr, op.block, env_.index_of(op)});
   zero_copy_pending_[size_t(op.block)] = 1;
 }
 
@@ -53,11 +53,16 @@ void SendWindow::drop_completed() {
 // send is waiting for a receiver whose position is earlier than that send's,
 // so a chain of waiting ranks has strictly decreasing positions and cannot
 // close into a cycle. (Checked on every schedule with rendezvous sends in
-// tests/cpp/test_send_window.cc.)
-void SendWindow::reap() {
+// tests/cpp/test_send_window.cc.) Sends posted ahead of the rank's current
+// op (Executor::send_ahead) are not waited on here: their receivers may be
+// waiting for an earlier op of this rank, and the argument needs every send
+// waited on to sit at or before the waiting rank's position. They count
+// towards the window (send_ahead posts within it) and are waited on once the
+// rank has reached them.
+void SendWindow::reap(size_t current) {
   env_.timer.post([&] { drop_completed(); });
   for (size_t i = 0; i < sends_.size() && held_ > size_t(env_.args.window_bytes);) {
-    if (!sends_[i].buf) {
+    if (!sends_[i].buf || sends_[i].op > int64_t(current)) {
       ++i;
       continue;
     }

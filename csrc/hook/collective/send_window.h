@@ -33,8 +33,11 @@ class SendWindow {
   // for its zero-copy sends.
   void wait_zero_copy(int32_t block);
   // Drops completed sends, then waits on the oldest while the buffers of
-  // unfinished sends exceed the window.
-  void reap();
+  // unfinished sends exceed the window; never on a send posted ahead of op
+  // `current` (Executor::send_ahead: see reap's comment).
+  void reap(size_t current);
+  // Pool bytes held by unfinished sends.
+  size_t held_bytes() const { return held_; }
   // Waits for every send.
   void wait_all();
   // After a failure: parks every send's request and buffer forever.
@@ -45,6 +48,7 @@ class SendWindow {
     std::unique_ptr<Request> req;
     BufferPool::Ptr buf;  // keeps the bytes alive until the send completes (null: zero-copy from the bucket)
     int32_t zero_copy_block = -1;
+    int64_t op = -1;  // program index of the op (-1: a copy of one, posted in program order)
     size_t held_bytes() const { return buf ? buf->capacity : 0; }
   };
   void post(const Op& op, const BufferPool::Ptr& buf, size_t offset, size_t bytes, uint32_t tag);

@@ -118,6 +118,36 @@ py::dict stats_dict(const CallStats& s) {
   return d;
 }
 
+// A call's timeline (timeline.h) as Python data: {"rank", "world", "clock",
+// "events": [dict per event]}; times in seconds of the steady clock.
+py::dict timeline_dict(const Timeline& tl) {
+  py::dict d;
+  d["rank"] = tl.rank;
+  d["world"] = tl.world;
+  d["clock"] = "steady";
+  py::list ev;
+  for (const TimelineEvent& e : tl.events) {
+    py::dict x;
+    x["kind"] = timeline_kind_name(e.kind);
+    x["name"] = e.name;
+    x["part"] = e.part;
+    x["slice"] = e.slice;
+    x["op"] = e.op;
+    x["block"] = e.block;
+    x["peer"] = e.peer;
+    x["tag"] = e.tag;
+    x["bytes"] = e.bytes;
+    x["t_post"] = e.t_post;
+    x["t_start"] = e.t_start;
+    x["t_end"] = e.t_end;
+    if (e.kind == TimelineEvent::Kind::kRecv) x["t_need"] = e.t_need;
+    x["exact"] = e.exact;
+    ev.append(std::move(x));
+  }
+  d["events"] = std::move(ev);
+  return d;
+}
+
 // Mode auto's state per (process group, config), for the life of the process
 // (auto_mode.h): every rank's copy sees the same collectives, so they agree.
 AutoState* auto_state_for(const std::string& group_name, const CollectiveConfig& cfg) {
@@ -155,8 +185,12 @@ StagingPool& staging_pool(int index) {
 py::dict run_on_group(Collective kind, std::optional<at::Tensor> tensor, std::optional<at::Tensor> output,
                       const std::string& group_name, const CollectiveConfig& cfg, const std::string& op,
                       uint64_t seq, std::optional<std::pair<double, double>> u, int local_error,
-                      const std::string& device, int64_t caller_numel, bool staging) {
+                      const std::string& device, int64_t caller_numel, bool staging, bool timeline = false,
+                      const PrecomputedLocalPass* local_pass = nullptr) {
   CallArgs a;
+  Timeline tl;
+  if (timeline) a.timeline = &tl;
+  a.local_pass = local_pass;
   a.kind = kind;
   a.caller_numel = caller_numel;
   a.op = to_op(op);
@@ -235,6 +269,7 @@ py::dict run_on_group(Collective kind, std::optional<at::Tensor> tensor, std::op
     s = collective(tr, cfg, a);
   }
   py::dict d = stats_dict(s);
+  if (timeline) d["timeline"] = timeline_dict(tl);
   d["ordered_posting"] = ordered;  // posted as for NCCL (see C10dTransport)
   d["one_part_messages"] = one_part;  // two-part (lossless) messages sent as one (Gloo)
   d["host_staging"] = staging && dev.is_cuda();  // CUDA buffers staged through host memory
@@ -244,9 +279,10 @@ py::dict run_on_group(Collective kind, std::optional<at::Tensor> tensor, std::op
 py::dict run_all_reduce(std::optional<at::Tensor> tensor, const std::string& group_name,
                         const CollectiveConfig& cfg, const std::string& op, uint64_t seq,
                         std::optional<std::pair<double, double>> u, int local_error,
-                        const std::string& device, bool staging) {
+                        const std::string& device, bool staging, bool timeline,
+                        std::shared_ptr<PrecomputedLocalPass> local_pass) {
   return run_on_group(Collective::kAllReduce, std::move(tensor), std::nullopt, group_name, cfg, op, seq, u,
-                      local_error, device, -1, staging);
+                      local_error, device, -1, staging, timeline, local_pass.get());
 }
 
 Collective to_kind(int kind) {
@@ -259,7 +295,7 @@ Collective to_kind(int kind) {
 py::dict run_sharded(int kind, std::optional<std::pair<at::Tensor, at::Tensor>> tensors,
                      const std::string& group_name, const CollectiveConfig& cfg, const std::string& op,
                      uint64_t seq, std::optional<std::pair<double, double>> u, int local_error,
-                     const std::string& device, int64_t caller_numel, bool staging) {
+                     const std::string& device, int64_t caller_numel, bool staging, bool timeline) {
   const Collective k = to_kind(kind);
   DQ_CHECK(k != Collective::kAllReduce, "dynamiq: use all_reduce for an all-reduce");
   std::optional<at::Tensor> input, output;
@@ -267,11 +303,12 @@ py::dict run_sharded(int kind, std::optional<std::pair<at::Tensor, at::Tensor>> 
     input = tensors->first;
     if (k == Collective::kReduceScatter) output = tensors->second;
   }
-  return run_on_group(k, input, output, group_name, cfg, op, seq, u, local_error, device, caller_numel, staging);
+  return run_on_group(k, input, output, group_name, cfg, op, seq, u, local_error, device, caller_numel, staging,
+                      timeline);
 }
 
 py::list run_simulate(std::vector<at::Tensor> tensors, const CollectiveConfig& cfg,
-                      const std::string& op, uint64_t seq, double timeout_s) {
+                      const std::string& op, uint64_t seq, double timeout_s, bool timeline) {
   const int n = int(tensors.size());
   DQ_CHECK(n >= 1, "dynamiq.simulate: need at least one tensor");
   for (auto& t : tensors) {
@@ -280,11 +317,13 @@ py::list run_simulate(std::vector<at::Tensor> tensors, const CollectiveConfig& c
              "dynamiq.simulate: all tensors must have the same dtype and size");
   }
   std::vector<CallStats> stats(static_cast<size_t>(n));
+  std::vector<Timeline> tls(static_cast<size_t>(n));
   {
     py::gil_scoped_release no_gil;
     InprocWorld world(n, std::chrono::milliseconds(int64_t(timeout_s * 1000)));
     world.run([&](int r, Transport& tr) {
       CallArgs a;
+      if (timeline) a.timeline = &tls[size_t(r)];
       a.data = tensors[size_t(r)].data_ptr();
       a.dtype = to_dtype(tensors[size_t(r)]);
       a.numel = tensors[size_t(r)].numel();
@@ -298,7 +337,11 @@ py::list run_simulate(std::vector<at::Tensor> tensors, const CollectiveConfig& c
     });
   }
   py::list out;
-  for (auto& s : stats) out.append(stats_dict(s));
+  for (size_t r = 0; r < stats.size(); ++r) {
+    py::dict d = stats_dict(stats[r]);
+    if (timeline) d["timeline"] = timeline_dict(tls[r]);
+    out.append(std::move(d));
+  }
   return out;
 }
 
@@ -399,6 +442,8 @@ PYBIND11_MODULE(_C, m) {
       .def_readwrite("eps", &CollectiveConfig::eps)
       .def_readwrite("uniform_levels", &CollectiveConfig::uniform_levels)
       .def_readwrite("hierarchical_scales", &CollectiveConfig::hierarchical_scales)
+      .def_readwrite("error_bound", &CollectiveConfig::error_bound)
+      .def_readwrite("error_bound_rel", &CollectiveConfig::error_bound_rel)
       .def_readwrite("block_bytes", &CollectiveConfig::block_bytes)
       .def_readwrite("min_compress_numel", &CollectiveConfig::min_compress_numel)
       .def_readwrite("window_bytes", &CollectiveConfig::window_bytes)
@@ -439,13 +484,39 @@ PYBIND11_MODULE(_C, m) {
 
   m.def("all_reduce", &run_all_reduce, py::arg("tensor"), py::arg("group_name"), py::arg("config"),
         py::arg("op"), py::arg("seq"), py::arg("u") = py::none(), py::arg("local_error") = 0,
-        py::arg("device") = "cpu", py::arg("staging") = false,
+        py::arg("device") = "cpu", py::arg("staging") = false, py::arg("timeline") = false,
+        py::arg("local_pass") = nullptr,
         "In-place all-reduce of a contiguous tensor (CPU with Gloo; CUDA with NCCL in a CUDA "
         "build, or with staging=True over the group's CPU backend through page-locked host memory) "
         "over the named process group. Releases the GIL. Returns the per-call statistics.");
+  py::class_<PrecomputedLocalPass, std::shared_ptr<PrecomputedLocalPass>>(
+      m, "PrecomputedLocalPass", "A bucket's statistics pass run ahead of its all-reduce (opaque).");
+  m.def(
+      "precompute_local_pass",
+      [](const at::Tensor& t, const CollectiveConfig& cfg) -> std::shared_ptr<PrecomputedLocalPass> {
+        if (!t.device().is_cpu() || !t.is_contiguous() || t.layout() != at::kStrided) return nullptr;
+        const auto st = t.scalar_type();
+        if (st != at::kFloat && st != at::kBFloat16 && st != at::kHalf) return nullptr;
+        CallArgs a;
+        a.data = t.data_ptr();
+        a.dtype = to_dtype(t);
+        a.numel = t.numel();
+        auto out = std::make_shared<PrecomputedLocalPass>();
+        bool ok;
+        {
+          py::gil_scoped_release no_gil;
+          ok = precompute_local_pass(cfg, a, *out);
+        }
+        return ok ? out : nullptr;
+      },
+      py::arg("tensor"), py::arg("config"),
+      "Runs the local pass (statistics, non-finite scan) of an all-reduce of a CPU tensor under "
+      "config now; pass the result to all_reduce(local_pass=...) of the same tensor and config. "
+      "None where there is nothing to precompute. Releases the GIL.");
   m.def("sharded", &run_sharded, py::arg("kind"), py::arg("tensors"), py::arg("group_name"), py::arg("config"),
         py::arg("op"), py::arg("seq"), py::arg("u") = py::none(), py::arg("local_error") = 0,
         py::arg("device") = "cpu", py::arg("caller_numel") = -1, py::arg("staging") = false,
+        py::arg("timeline") = false,
         "A reduce-scatter (kind 1; tensors = (input, output)) or all-gather (kind 2; tensors = "
         "(buffer, buffer), this rank's shard filled in) over the named process group; shards "
         "already padded to padded_shard. Releases the GIL. Returns the per-call statistics.");
@@ -461,7 +532,7 @@ PYBIND11_MODULE(_C, m) {
         py::arg("config"), py::arg("op"), py::arg("seq"), py::arg("timeout_s") = 300.0,
         "simulate() of a reduce-scatter or all-gather over an in-process transport.");
   m.def("simulate", &run_simulate, py::arg("tensors"), py::arg("config"), py::arg("op"),
-        py::arg("seq"), py::arg("timeout_s") = 300.0,
+        py::arg("seq"), py::arg("timeout_s") = 300.0, py::arg("timeline") = false,
         "Runs the same collective over an in-process transport, one tensor per simulated "
         "rank, in place. Returns each rank's statistics.");
   m.def(
@@ -555,7 +626,13 @@ PYBIND11_MODULE(_C, m) {
   m.def("mode_is_exact", [](const std::string& name) {
     CollectiveConfig c;
     c.mode = mode_id(name);
-    return make_scheme(c)->exact();
+    // A mode whose scheme refuses the default config needs parameters of its
+    // own (bounded: an error bound), which only a lossy mode has.
+    try {
+      return make_scheme(c)->exact();
+    } catch (const Error&) {
+      return false;
+    }
   }, py::arg("name"), "True for a registered mode whose result is exact (Scheme::exact: none, lossless).");
   m.def(
       "dynamiq_sg_bytes",

@@ -67,6 +67,14 @@ std::vector<std::array<uint8_t, 8>> mode_variants(Mode m) {
     v.push_back({6, 4, 2, 1, 0, 0, 0, 0});  // 8 bits, group 128, spikes, log scales
     return v;
   }
+  if (m == mode_id("bounded"))
+    return {
+        {0, 0, 70, 0, 0, 0, 0, 0},    // error_bound 2^-10
+        {0, 128, 60, 0, 0, 0, 0, 0},  // 1.5 x 2^-20
+        {0, 0, 95, 0, 0, 0, 0, 0},    // 2^15: almost everything in bin 0
+        {0, 0, 0, 0, 0, 0, 0, 0},     // 2^-80: every block raw
+        {1, 0, 10, 0, 0, 0, 0, 0},    // relative 2^-18
+    };
   return {{0, 0, 0, 0, 0, 0, 0, 0}};
 }
 
@@ -341,6 +349,7 @@ int main(int argc, char** argv) {
   codec_seeds(mode_id("dynamiq"), "fuzz_codec_dynamiq");
   codec_seeds(mode_id("lossless"), "fuzz_codec_lossless");
   codec_seeds(mode_id("bitsplit"), "fuzz_codec_bitsplit");
+  codec_seeds(mode_id("bounded"), "fuzz_codec_bounded");
   codec_seeds(kModeNone, "fuzz_codec_identity");
   lossless_seeds();
   plan_seeds();
