@@ -65,7 +65,9 @@ def soak_rank(rank: int, world: int, modes, steps: int, warmup: int = 50, progre
     out = {"fds_start": open_fds(), "threads_start": threads(), "modes": {}}
     for mode in modes:
         model = DDP(make_model(), bucket_cap_mb=0.2)  # ~340 KB of float32 gradients: 2 buckets
-        state = dynamiq.register(model, dynamiq.Config(mode=mode))
+        # mode bounded has no default bound: a relative one of 1e-3 of the value range
+        extra = {"error_bound_rel": 1e-3} if mode == "bounded" else {}
+        state = dynamiq.register(model, dynamiq.Config(mode=mode, **extra))
         opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
         rss = []
         warm_counts = None

@@ -20,7 +20,6 @@ RSS_TOL = 4 << 20
 def test_soak_every_mode_4_ranks():
     modes = dynamiq.available_modes()
     res = run_ranks(soak_rank, 4, modes, STEPS, WARMUP, timeout=300)
-    first = modes[0]
     for mode in modes:
         per_rank = [r["modes"][mode] for r in res]
         assert all(m["finite"] for m in per_rank), mode
@@ -34,8 +33,6 @@ def test_soak_every_mode_4_ranks():
             # no descriptor or thread more at the end of a mode than at the end of its warm-up
             (wf, wt), (ef, et) = m["warm_counts"], m["end_counts"]
             assert ef <= wf and et <= wt, (mode, rank, m["warm_counts"], m["end_counts"])
-            # the first mode made dynamiq's own group and worker thread; once a model, its optimizer and
-            # its hook state are dropped, nothing more is left than after the first mode
-            ref = res[rank]["modes"][first]
-            assert m["fds"] <= ref["fds"], (mode, rank, m["fds"], ref["fds"])
-            assert m["threads"] <= ref["threads"], (mode, rank, m["threads"], ref["threads"])
+            # once its model, optimizer and hook state are dropped, nothing more is left than the
+            # mode had running at the end of its warm-up (pools made lazily by a mode stay: not a leak)
+            assert m["fds"] <= wf and m["threads"] <= wt, (mode, rank, m["warm_counts"], m["fds"], m["threads"])
