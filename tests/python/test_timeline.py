@@ -29,8 +29,9 @@ def _all(rank, world, timeline):
         for topo in TOPOLOGIES:
             g = torch.Generator().manual_seed(rank + 1)
             x = torch.randn(60_013, generator=g) * 1e-3
+            extra = {"error_bound_rel": 1e-3} if mode == "bounded" else {}  # bounded needs a bound
             cfg = dynamiq.Config(mode=mode, topology=topo, block_bytes=4096,
-                                 bits=4.0 if mode == "bitsplit" else 5.0)
+                                 bits=4.0 if mode == "bitsplit" else 5.0, **extra)
             stats = run_collective(x, name, cfg, "sum", seq, timeline=timeline)
             seq += 1
             out[(mode, topo)] = (x.view(torch.int32).tolist(), stats)
