@@ -34,7 +34,6 @@ import argparse
 import json
 import os
 import sys
-import tempfile
 import time
 from datetime import timedelta
 
@@ -231,33 +230,6 @@ def rank_main(rank: int, world: int, args, init_method: str, out_path: str) -> N
     dist.destroy_process_group()
 
 
-def run_world_local(world: int, args) -> list:
-    import torch.multiprocessing as mp
-
-    tmp = tempfile.mkdtemp(prefix="dynamiq-bench-")
-    out = os.path.join(tmp, "rows.json")
-    ctx = mp.get_context("spawn")
-    procs = [ctx.Process(target=rank_main, args=(r, world, args, f"file://{tmp}/store", out)) for r in range(world)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join()
-    if not os.path.exists(out):
-        raise SystemExit(f"world {world}: no results (exit codes {[p.exitcode for p in procs]})")
-    return json.load(open(out))
-
-
-def run_world_netbed(world: int, args) -> list:
-    from experiments.netbed import run
-
-    tmp = tempfile.mkdtemp(prefix="dynamiq-bench-")
-    out = os.path.join(tmp, "rows.json")
-    argv = ["--worker", out] + sys.argv[1:]
-    res = run(os.path.abspath(__file__), argv, world=world, rate=args.netbed, timeout=args.timeout, stream=0)
-    if not os.path.exists(out):
-        res.raise_for_failure()
-        raise SystemExit(f"world {world}: no results")
-    return json.load(open(out))
 
 
 # ---- report --------------------------------------------------------------------------
@@ -376,7 +348,8 @@ def main(argv=None) -> None:
     run = results_io.Run(study, title, script=__file__, argv=argv, out=args.out)
     rows = []
     for w in args.worlds:
-        rows += run_world_netbed(w, args) if args.netbed else run_world_local(w, args)
+        rows += (benchlib.run_world_netbed(__file__, w, args) if args.netbed
+                 else benchlib.run_world_local(rank_main, w, args))
     rate_bps = benchlib.parse_rate(args.netbed) if args.netbed else 0.0
     md = report(rows, rate_bps)
     where = f"netbed at {args.netbed} per link" if args.netbed else "loopback (unshaped)"

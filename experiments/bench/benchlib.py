@@ -113,3 +113,46 @@ def markdown_table(headers: List[str], rows: List[List[str]]) -> str:
     out = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
     out += ["| " + " | ".join(r) + " |" for r in rows]
     return "\n".join(out)
+
+
+def run_world_local(rank_main: Callable, world: int, args) -> list:
+    """Runs rank_main(rank, world, args, init_method, out_path) on `world` spawned processes
+    on this machine (loopback); returns the rows rank 0 wrote to out_path."""
+    import json
+    import os
+    import tempfile
+
+    import torch.multiprocessing as mp
+
+    tmp = tempfile.mkdtemp(prefix="dynamiq-bench-")
+    out = os.path.join(tmp, "rows.json")
+    ctx = mp.get_context("spawn")
+    procs = [ctx.Process(target=rank_main, args=(r, world, args, f"file://{tmp}/store", out)) for r in range(world)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join()
+    if not os.path.exists(out):
+        raise SystemExit(f"world {world}: no results (exit codes {[p.exitcode for p in procs]})")
+    return json.load(open(out))
+
+
+def run_world_netbed(script: str, world: int, args, **netbed_kw) -> list:
+    """Runs `script --worker OUT <this command's arguments>` on `world` ranks of the emulated
+    cluster at args.netbed per link (netbed_kw: e.g. local_size); returns rank 0's rows."""
+    import json
+    import os
+    import sys
+    import tempfile
+
+    from experiments.netbed import run
+
+    tmp = tempfile.mkdtemp(prefix="dynamiq-bench-")
+    out = os.path.join(tmp, "rows.json")
+    argv = ["--worker", out] + sys.argv[1:]
+    res = run(os.path.abspath(script), argv, world=world, rate=args.netbed, timeout=args.timeout, stream=0,
+              **netbed_kw)
+    if not os.path.exists(out):
+        res.raise_for_failure()
+        raise SystemExit(f"world {world}: no results")
+    return json.load(open(out))
