@@ -90,24 +90,8 @@ std::vector<RankResult> run(Topology topo, int n, DType dt, bool mean, const Pla
   return out;
 }
 
-// n ranks' buckets: Gaussian + 0.25 in the bucket's dtype.
 std::vector<std::vector<uint8_t>> make_input(int n, DType dt, int64_t numel) {
-  std::vector<std::vector<uint8_t>> input(static_cast<size_t>(n));
-  for (int r = 0; r < n; ++r) {
-    const std::vector<float> v = dqtest::gaussian(size_t(numel), uint64_t(100 * n + r));
-    auto& b = input[size_t(r)];
-    b.resize(size_t(numel) * size_t(dtype_size(dt)));
-    for (int64_t i = 0; i < numel; ++i) {
-      const float x = v[size_t(i)] + 0.25f;
-      if (dt == DType::kF32) {
-        std::memcpy(b.data() + 4 * i, &x, 4);
-      } else {
-        const uint16_t h = dt == DType::kBF16 ? f32_to_bf16(x) : f32_to_f16(x);
-        std::memcpy(b.data() + 2 * i, &h, 2);
-      }
-    }
-  }
-  return input;
+  return dqtest::shifted_gaussian_buckets(n, dt, numel, 100);
 }
 
 void expect_same(const std::vector<RankResult>& got, const std::vector<RankResult>& want,

@@ -41,24 +41,8 @@ bool have_gpu() {
   return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
 }
 
-// Gaussian values plus 0.25 (not centred: every mode compresses them), rank r's seeded by r.
 std::vector<std::vector<uint8_t>> staged_input(int n, DType dt, int64_t numel) {
-  std::vector<std::vector<uint8_t>> input(static_cast<size_t>(n));
-  for (int r = 0; r < n; ++r) {
-    const std::vector<float> v = dqtest::gaussian(size_t(numel), uint64_t(300 * n + r));
-    auto& b = input[size_t(r)];
-    b.resize(size_t(numel) * size_t(dtype_size(dt)));
-    for (int64_t i = 0; i < numel; ++i) {
-      const float x = v[size_t(i)] + 0.25f;
-      if (dt == DType::kF32) {
-        std::memcpy(b.data() + 4 * i, &x, 4);
-      } else {
-        const uint16_t h = f32_to_bf16(x);
-        std::memcpy(b.data() + 2 * i, &h, 2);
-      }
-    }
-  }
-  return input;
+  return dqtest::shifted_gaussian_buckets(n, dt, numel, 300);
 }
 
 // Counts the messages a rank sends through it (non-empty ones).

@@ -24,6 +24,27 @@ inline std::vector<float> gaussian(size_t n, uint64_t seed, float sigma = 1.0f) 
   return x;
 }
 
+// n ranks' buckets in dtype dt (float32, bf16 or fp16): Gaussian + 0.25 (not centred, so every
+// mode compresses them), rank r's seeded by seed_base * n + r.
+inline std::vector<std::vector<uint8_t>> shifted_gaussian_buckets(int n, DType dt, int64_t numel, uint64_t seed_base) {
+  std::vector<std::vector<uint8_t>> input(static_cast<size_t>(n));
+  for (int r = 0; r < n; ++r) {
+    const std::vector<float> v = gaussian(size_t(numel), seed_base * uint64_t(n) + uint64_t(r));
+    auto& b = input[size_t(r)];
+    b.resize(size_t(numel) * size_t(dtype_size(dt)));
+    for (int64_t i = 0; i < numel; ++i) {
+      const float x = v[size_t(i)] + 0.25f;
+      if (dt == DType::kF32) {
+        std::memcpy(b.data() + 4 * i, &x, 4);
+      } else {
+        const uint16_t h = dt == DType::kBF16 ? f32_to_bf16(x) : f32_to_f16(x);
+        std::memcpy(b.data() + 2 * i, &h, 2);
+      }
+    }
+  }
+  return input;
+}
+
 // Student-t with 3 degrees of freedom: Z / sqrt(chi2_3 / 3).
 inline std::vector<float> student_t3(size_t n, uint64_t seed) {
   std::mt19937_64 g(seed);
