@@ -12,6 +12,7 @@ equal to the same run with `--mode none`.
 """
 
 import argparse
+import gc
 import hashlib
 import os
 
@@ -97,6 +98,11 @@ def main() -> None:
     full = [p.full_tensor().detach().reshape(-1).cpu() for p in model.parameters()]  # DTensor shards
     digest = hashlib.sha256(torch.cat(full).numpy().tobytes()).hexdigest()
     print(f"rank {rank}: parameters sha256 {digest[:16]}", flush=True)
+    # Free what holds process groups and tensors before the interpreter exits: left
+    # to finalization, torch's Gloo threads can free a collective's tensor then and
+    # abort the process (pytorch/pytorch#190489; experiments/results/gloo_exit_abort).
+    del model, opt, state, full
+    gc.collect()
     dist.destroy_process_group()
 
 

@@ -11,6 +11,7 @@ worker (`_worker.worker_for`).
 
 from __future__ import annotations
 
+import atexit
 import threading
 from datetime import timedelta
 from typing import Dict, List, Optional, Tuple
@@ -19,7 +20,7 @@ import torch
 import torch.distributed as dist
 
 from . import _C
-from ._worker import retire_worker
+from ._worker import retire_all, retire_worker
 
 DynamiqError = _C.DynamiqError
 TransportError = _C.TransportError
@@ -175,3 +176,22 @@ def _not_a_member(group: Optional[dist.ProcessGroup]) -> bool:
     return group is not None and dist.is_initialized() and group == dist.GroupMember.NON_GROUP_MEMBER
 
 
+
+
+def _release_at_exit() -> None:
+    """At interpreter exit (atexit, while the interpreter is intact): lets every worker
+    finish its queued collectives and end (`_worker.retire_all`), then drops dynamiq's
+    references to process groups, so that dynamiq keeps no group (the user's or its
+    own) alive into finalization. torch's Gloo threads of a group that lives into
+    finalization can abort the process there (pytorch/pytorch#190489; see
+    experiments/results/gloo_exit_abort)."""
+    with _private_lock:
+        retired = [w for _, w in _retired]
+    retire_all(extra=retired)
+    with _private_lock:
+        _private_groups.clear()
+        _retired.clear()
+        _group_devices.clear()
+
+
+atexit.register(_release_at_exit)

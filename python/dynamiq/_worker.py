@@ -17,8 +17,10 @@ records its completion event on the current stream).
 from __future__ import annotations
 
 import contextlib
+import os
 import queue
 import threading
+import time
 from typing import Callable, Dict, Optional
 
 import torch
@@ -142,3 +144,34 @@ def retire_worker(group_name: str) -> Optional[GroupWorker]:
     if w is not None:
         w._q.put(None)
     return w
+
+
+# How long the exit handler waits for the collectives still queued on the workers.
+_EXIT_WAIT_S = float(os.environ.get("DYNAMIQ_EXIT_WAIT_S", "30"))
+
+
+def retire_all(extra=()) -> None:
+    """At interpreter exit, before finalization: stops every worker once its queued
+    collectives are done (at most DYNAMIQ_EXIT_WAIT_S seconds in all).
+
+    A worker is a daemon thread. Left running into `Py_FinalizeEx`, one that is
+    inside a collective (a script that exits with an `async_op=True` collective in
+    flight) would be ended when it next takes the GIL, by an unwinding that aborts
+    the process ("terminate called without an active exception"), and the
+    collective's result and its Future callbacks would be lost. Here, while the
+    interpreter is intact, each worker finishes its queue and ends."""
+    with _workers_lock:
+        workers = list(_workers.values())
+        _workers.clear()
+    workers += [w for w in extra if w is not None]  # retired earlier, maybe still finishing
+    for w in workers:
+        w._q.put(None)
+    deadline = time.monotonic() + _EXIT_WAIT_S
+    for w in workers:
+        w._thread.join(max(0.0, deadline - time.monotonic()))
+    stuck = [w.group_name for w in workers if w._thread.is_alive()]
+    if stuck:
+        import sys
+        print(f"dynamiq: at exit, collectives on {', '.join(stuck)} were still running after "
+              f"{_EXIT_WAIT_S:g} s (DYNAMIQ_EXIT_WAIT_S); exiting without them", file=sys.stderr)
+
