@@ -7,7 +7,9 @@
 //  - the result is bit for bit that of the chosen mode run directly;
 //  - the first bucket of a group without a given bandwidth runs none;
 //  - auto under topology hierarchical decides per inter-node ring;
-//  - a reduce-scatter in mode auto raises on every rank.
+//  - a reduce-scatter in mode auto raises on every rank;
+//  - ranks that disagree on mode auto (some auto, some a fixed mode) raise the
+//    "ranks disagree on mode" error on every rank, neither hang nor abort.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -185,6 +187,39 @@ TEST(AutoMode, ReduceScatterRaisesOnEveryRank) {
     }
   });
   for (const auto& e : errs) EXPECT_NE(e.find("mode 'auto' runs all-reduces only"), std::string::npos) << e;
+}
+
+TEST(AutoMode, RanksThatDisagreeOnAutoRaiseOnEveryRank) {
+  // which ranks run auto; the others run the fixed mode (the header of an auto rank
+  // carries its numbers: without a header of one length on every rank, the
+  // all-reduce of headers would have mismatched lengths)
+  const std::vector<std::vector<bool>> layouts{{true, false}, {false, true}, {true, false, true}, {false, false, true}};
+  for (const char* fixed : {"dynamiq", "none", "lossless"})
+    for (const auto& is_auto : layouts) {
+      const int n = int(is_auto.size());
+      InprocWorld world(n, std::chrono::seconds(30));
+      std::vector<std::string> errs(static_cast<size_t>(n));
+      world.run([&](int r, Transport& tr) {
+        CollectiveConfig c = auto_cfg(1e6, 0.0);
+        if (!is_auto[size_t(r)]) c.mode = mode_id(fixed);
+        std::vector<float> v = gauss(1 << 16, uint32_t(r));
+        AutoState st;
+        PlanState ps;
+        CallArgs a;
+        a.data = v.data();
+        a.numel = int64_t(v.size());
+        a.plan_state = &ps;
+        a.auto_state = &st;
+        try {
+          all_reduce(tr, c, a);
+        } catch (const Error& e) {
+          errs[size_t(r)] = e.what();
+        }
+      });
+      for (int r = 0; r < n; ++r)
+        EXPECT_NE(errs[size_t(r)].find("ranks disagree on mode"), std::string::npos)
+            << fixed << " n=" << n << " rank " << r << ": '" << errs[size_t(r)] << "'";
+    }
 }
 
 }  // namespace

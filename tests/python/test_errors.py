@@ -77,7 +77,12 @@ def _mismatch(rank, world):
     msg2, _ = _expect_error(lambda: dynamiq.all_reduce(torch.ones(100), topo), "ranks disagree on topology")
     size = _expect_error(lambda: dynamiq.all_reduce(torch.ones(100 + rank), dynamiq.Config(mode="none")),
                          "ranks disagree on numel")[0]
-    return msg, msg2, size
+    # mode auto on some ranks only: its header carries more numbers (a header of another
+    # length would hang or abort the backend's all-reduce), and its first bucket shares
+    # the calibration before deciding; every rank must still raise the same error
+    auto = dynamiq.Config(mode="auto" if rank != 1 else "dynamiq", auto_bandwidth=1e6, auto_latency=0.0)
+    mixed = _expect_error(lambda: dynamiq.all_reduce(torch.ones(1 << 16), auto), "ranks disagree on mode")[0]
+    return msg, msg2, size, mixed
 
 
 def test_mismatched_config_same_error_everywhere():
@@ -314,3 +319,51 @@ def test_demo_bits_default_depends_on_mode_and_explicit_bits_are_kept():
     assert parse_args(["--mode", "bitsplit"]).bits == 4
     assert parse_args(["--mode", "bitsplit", "--bits", "5"]).bits == 5  # was silently 4
     assert parse_args(["--bits", "3.5"]).bits == 3.5
+
+
+_EXIT_SCRIPT = r"""
+import sys, time
+import torch, torch.distributed as dist
+import dynamiq
+rank = int(sys.argv[1])
+dist.init_process_group("gloo", store=dist.FileStore(sys.argv[2], 2), rank=rank, world_size=2)
+cfg = dynamiq.Config(mode="none")
+dynamiq.all_reduce(torch.ones(8), cfg)  # dynamiq's group and worker exist on both ranks
+x = torch.full((1 << 20,), float(rank + 1))
+if rank == 1:
+    time.sleep(2.0)  # rank 0 reaches the end of its script meanwhile
+    dynamiq.all_reduce(x, cfg)
+    print(f"rank 1 result {float(x[0])}", flush=True)
+else:
+    fut = dynamiq.all_reduce(x, cfg, async_op=True)
+    fut.then(lambda f: print(f"rank 0 callback {float(f.value()[0])}", flush=True))
+    print("rank 0 leaves its script", flush=True)
+"""
+
+
+def test_exit_with_a_collective_in_flight_completes_it(tmp_path):
+    """A script that ends while an async_op=True collective is in flight: dynamiq's exit
+    handler lets the worker finish it (its Future's callback runs) before the interpreter
+    finalizes. Without it the daemon worker is cut off at finalization: the callback never
+    runs, and rank 1's collective fails with rank 0 gone (or rank 0 aborts)."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "exit_in_flight.py"
+    script.write_text(_EXIT_SCRIPT)
+    store = tmp_path / "store"
+    procs = [subprocess.Popen([sys.executable, str(script), str(r), str(store)], stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True) for r in range(2)]
+    outs = []
+    for p in procs:
+        try:
+            outs.append(p.communicate(timeout=120)[0])
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            raise
+    for r, (p, out) in enumerate(zip(procs, outs)):
+        assert p.returncode == 0, f"rank {r} exit {p.returncode}:\n{out[-3000:]}"
+    assert "rank 0 leaves its script" in outs[0]
+    assert "rank 0 callback 3.0" in outs[0], outs[0][-3000:]
+    assert "rank 1 result 3.0" in outs[1], outs[1][-3000:]

@@ -6,6 +6,7 @@
 #include <mutex>
 #include <random>
 
+#include "hook/collective/header_exchange.h"
 #include "hook/transport/inproc_transport.h"
 #include "kernels/registry.h"
 
@@ -25,6 +26,7 @@ enum Slot : size_t {
   kCorrection = 14,  // 3 pairs, 1e-6
   kSlots = 20,
 };
+static_assert(kSlots == kHeaderSums, "the header carries exactly mode auto's slots");
 constexpr double kPs = 1e12, kMicro = 1e6;
 
 void put(std::vector<int64_t>& v, size_t slot, bool have, double value) {
@@ -176,10 +178,23 @@ CallStats auto_all_reduce(Transport& tr, const CollectiveConfig& cfg, const Call
     }
     st.calibrated = true;
   }
-  if (st.calls == 0) {  // the group's first bucket: share the calibration before deciding
-    std::vector<int64_t> v = st.report();
-    tr.allreduce_sum_i64(v.data(), v.size());
-    st.absorb(v);
+  if (st.calls == 0) {
+    // The group's first bucket: share the calibration before deciding, in a header
+    // (mode auto, this call's fields) and not a bare all-reduce of the numbers, so
+    // that a rank running another mode meets a header of the same length and every
+    // rank raises "ranks disagree on mode" instead of hanging.
+    const std::vector<int64_t> v = st.report();
+    AutoExchange probe;
+    probe.fingerprint = cfg.fingerprint();
+    CallArgs pa = a;
+    pa.auto_state = nullptr;
+    pa.auto_exchange = &probe;
+    HeaderReport rep;
+    rep.kind = a.kind;
+    rep.sums = &v;
+    const HeaderVerdict hv = exchange_header(tr, collective_header_fields(cfg, pa, 0), rep);
+    if (!hv.error.empty()) throw Error(hv.error);
+    st.absorb(hv.sums);
   }
   const AutoPrediction p = auto_predict(st, cfg, tr.size(), a.numel, a.dtype);
   CollectiveConfig c = cfg;

@@ -399,9 +399,7 @@ CallStats all_reduce_one(Transport& tr, const CollectiveConfig& cfg, const CallA
   phase(a.timeline, "local", slice, t0, t1);
 
   t0 = Clock::now();
-  std::vector<HeaderField> fields = collective_header_fields(cfg, a, slice);
-  if (a.auto_exchange)
-    fields.push_back({"mode auto's config (auto_lossy, auto_bandwidth, auto_latency)", a.auto_exchange->fingerprint});
+  const std::vector<HeaderField> fields = collective_header_fields(cfg, a, slice);
   const HeaderVerdict hdr =
       exchange_header(tr, fields,
                       {pass.nonfinite, local_error, !ok_config, pass.error != nullptr, a.kind,

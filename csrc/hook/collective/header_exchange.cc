@@ -41,8 +41,10 @@ uint64_t plan_state_fingerprint(const PlanState* ps) {
 
 std::vector<int64_t> encode(const std::vector<HeaderField>& fields, const HeaderReport& report) {
   const size_t nsums = report.sums ? report.sums->size() : 0;
-  std::vector<int64_t> h(kHeaderFixed + fields.size() * kPieces * 2 + nsums, 0);
-  for (size_t i = 0; i < nsums; ++i) h[h.size() - nsums + i] = (*report.sums)[i];
+  DQ_CHECK(nsums <= kHeaderSums, "exchange_header: " + std::to_string(nsums) + " sums, at most " +
+                                     std::to_string(kHeaderSums));
+  std::vector<int64_t> h(kHeaderFixed + fields.size() * kPieces * 2 + kHeaderSums, 0);
+  for (size_t i = 0; i < nsums; ++i) h[h.size() - kHeaderSums + i] = (*report.sums)[i];
   h[0] = 1;
   h[1] = report.nonfinite ? 1 : 0;
   if (report.input_error != InputError::kNone) {
@@ -115,6 +117,9 @@ std::vector<HeaderField> collective_header_fields(const CollectiveConfig& cfg, c
       // would give other widths, so other message sizes, on those ranks
       {"allocator state (the fast rule's carried offset u)", plan_state_fingerprint(a.plan_state)},
       {"collective (all-reduce, reduce-scatter or all-gather)", uint64_t(a.kind)},
+      // 0 outside mode auto: present in every mode, so every header has one length
+      {"mode auto's config (auto_lossy, auto_bandwidth, auto_latency)",
+       a.auto_exchange ? a.auto_exchange->fingerprint : 0},
   };
 }
 
@@ -130,7 +135,10 @@ HeaderVerdict exchange_header(Transport& tr, const std::vector<HeaderField>& fie
   }
   out.error = reported_errors(h, report.kind);
   if (out.error.empty()) out.error = disagreements(h, fields, n);
-  if (report.sums) out.sums.assign(h.end() - std::ptrdiff_t(report.sums->size()), h.end());
+  if (report.sums) {
+    const auto first = h.end() - std::ptrdiff_t(kHeaderSums);
+    out.sums.assign(first, first + std::ptrdiff_t(report.sums->size()));
+  }
   return out;
 }
 

@@ -35,6 +35,12 @@ struct HeaderReport {
   const std::vector<int64_t>* sums = nullptr;
 };
 
+// The header's block of mode auto's numbers (auto_mode.cc's slots), zero in every
+// other mode: the header has the same length on every rank whatever its mode, so
+// ranks that disagree on mode auto get the "ranks disagree on mode" error instead
+// of an all-reduce of different lengths (a hang or an abort in the backend).
+constexpr size_t kHeaderSums = 20;
+
 // What every rank learns, identically.
 struct HeaderVerdict {
   int64_t nonfinite_ranks = 0;
@@ -43,7 +49,7 @@ struct HeaderVerdict {
 };
 
 // Header: [count, nonfinite, errors[kNumInputErrors], then per field and per
-// 16-bit piece the pair (v, v*v)]. Ranks agree on a field iff for every piece
+// 16-bit piece the pair (v, v*v), then kHeaderSums sums]. Ranks agree on a field iff for every piece
 // n * sum(v^2) == (sum v)^2 (equality in Cauchy-Schwarz). Integer sums are
 // exact, so every rank evaluates the same verdict.
 HeaderVerdict exchange_header(Transport& tr, const std::vector<HeaderField>& fields, const HeaderReport& report);
