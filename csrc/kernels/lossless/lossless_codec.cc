@@ -636,21 +636,42 @@ void lossless_write_header(uint8_t* out, DType dtype, int64_t n, ExpFormat forma
   std::memcpy(out, &h, kHeaderBytes);
 }
 
+size_t lossless_parse_prefix_bytes(DType dtype, int64_t n) {
+  check_count(n);
+  // the largest Huffman table (k <= 256 symbols, ceil(k/2) length bytes) + the per-segment sizes
+  return size_t(huff_header_bytes(make_layout(dtype, n), 256));
+}
+
 void lossless_parse(const uint8_t* in, size_t in_bytes, DType dtype, int64_t n, LosslessDecodePlan& P) {
+  check_count(n);
+  const Layout L = make_layout(dtype, n);
+  if (in_bytes < size_t(L.static_bytes))
+    bad("truncated message: " + std::to_string(in_bytes) + " bytes, the static part alone is " +
+        std::to_string(L.static_bytes));
+  lossless_parse_parts(in, in + L.static_bytes, in_bytes - size_t(L.static_bytes), in_bytes, dtype, n, P);
+}
+
+void lossless_parse_parts(const uint8_t* header, const uint8_t* sec, size_t sec_bytes, size_t in_bytes,
+                          DType dtype, int64_t n, LosslessDecodePlan& P) {
   check_count(n);
   const Layout L = make_layout(dtype, n);
   P.layout = L;
   if (in_bytes < size_t(L.static_bytes))
     bad("truncated message: " + std::to_string(in_bytes) + " bytes, the static part alone is " +
         std::to_string(L.static_bytes));
-  const Header h = check_header(in, dtype, L);
+  const Header h = check_header(header, dtype, L);
   if (in_bytes != size_t(L.static_bytes) + h.dynamic_bytes)
     bad("message of " + std::to_string(in_bytes) + " bytes, header announces " +
         std::to_string(L.static_bytes + int64_t(h.dynamic_bytes)));
+  // From here on nothing past min(dynamic_bytes, the largest prefix) is read (every read below
+  // is bounded by dynamic_bytes and by a table of at most huff_header_bytes(L, 256) bytes).
+  const size_t need = std::min<size_t>(h.dynamic_bytes, size_t(huff_header_bytes(L, 256)));
+  if (sec_bytes < need)
+    throw Error("lossless: parse given " + std::to_string(sec_bytes) + " section bytes, needs " +
+                std::to_string(need) + " (bug)");
   P.format = ExpFormat(h.format);
   P.dynamic_bytes = h.dynamic_bytes;
   P.seg_start.clear();
-  const uint8_t* sec = in + L.static_bytes;
   const int64_t d = h.dynamic_bytes, m = L.body, G = L.groups, S = L.segments;
   const int alphabet = exp_alphabet(dtype);
   switch (P.format) {

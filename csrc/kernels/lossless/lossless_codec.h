@@ -122,6 +122,19 @@ struct LosslessDecodePlan {
 // section decoders check.
 void lossless_parse(const uint8_t* msg, size_t bytes, DType dtype, int64_t n, LosslessDecodePlan& plan);
 
+// lossless_parse from the two places it reads, for a message held elsewhere
+// (the CUDA decode copies just these to the host): header = the message's
+// first 16 bytes; sec = the first sec_bytes bytes of its dynamic part, where
+// sec_bytes >= min(in_bytes - static_bytes, lossless_parse_prefix_bytes)
+// (fewer: dynamiq::Error). in_bytes = the whole message's size. The checks,
+// the messages and the plan are lossless_parse's; the payload (zip code
+// planes and escapes, Huffman streams) is not read.
+void lossless_parse_parts(const uint8_t* header, const uint8_t* sec, size_t sec_bytes, size_t in_bytes,
+                          DType dtype, int64_t n, LosslessDecodePlan& plan);
+// The most bytes of a dynamic part lossless_parse reads: the largest Huffman
+// table (1 + 256 + 128 bytes) + 2 bytes per 1024-exponent segment.
+size_t lossless_parse_prefix_bytes(DType dtype, int64_t n);
+
 // ---- the codec --------------------------------------------------------------------
 
 class LosslessCodec final : public Codec {

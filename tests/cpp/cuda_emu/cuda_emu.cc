@@ -261,6 +261,7 @@ void __syncthreads() {
 namespace {
 
 std::vector<ApiCall>* g_log = nullptr;  // set: logging (under the lock)
+CopyCounts g_copies;  // device-to-host copies since the last reset_copy_counts
 bool g_pools_supported = true;
 
 // ---- streams, events, page-locked host memory ----------------------------------------
@@ -427,6 +428,10 @@ cudaError_t memcpy_impl(void* dst, const void* src, size_t bytes, cudaMemcpyKind
   const auto held = lock();
   if (bytes == 0) return cudaSuccess;
   if (const char* why = copy_problem(dst, src, bytes, kind)) return fail(cudaErrorInvalidValue, why);
+  if (kind == cudaMemcpyDeviceToHost) {
+    ++g_copies.d2h_copies;
+    g_copies.d2h_bytes += bytes;
+  }
   if (!on_stream || !queued(stream)) {
     // the legacy default stream (cudaMemcpy, or an async copy on it): after
     // every blocking stream's queued work
@@ -486,6 +491,16 @@ void set_api_log(bool on) {
 std::vector<ApiCall> api_log() {
   const auto held = lock();
   return g_log ? *g_log : std::vector<ApiCall>();
+}
+
+CopyCounts copy_counts() {
+  const auto held = lock();
+  return g_copies;
+}
+
+void reset_copy_counts() {
+  const auto held = lock();
+  g_copies = CopyCounts();
 }
 
 void submit(cudaStream_t stream, std::function<void()> work) {

@@ -256,6 +256,14 @@ struct ApiCall {
 void set_api_log(bool on);  // also clears it
 std::vector<ApiCall> api_log();
 void log_call(const char* name, cudaStream_t stream);  // (for the launcher)
+// Device-to-host copies (cudaMemcpy, cudaMemcpyAsync; counted when issued,
+// zero-byte ones not) since the last reset, from every host thread.
+struct CopyCounts {
+  unsigned long long d2h_copies = 0;
+  unsigned long long d2h_bytes = 0;
+};
+CopyCounts copy_counts();
+void reset_copy_counts();
 // What cudaDeviceGetAttribute(cudaDevAttrMemoryPoolsSupported) reports (default true);
 // returns the previous setting.
 bool set_memory_pools_supported(bool on);

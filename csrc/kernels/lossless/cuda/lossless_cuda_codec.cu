@@ -12,7 +12,7 @@ namespace dynamiq {
 namespace cuda {
 namespace {
 
-enum Scratch : int { kExps = 0, kRaw = 1, kSum = 2, kHist = 3 };
+enum Scratch : int { kExps = 0, kRaw = 1, kSum = 2, kHist = 3, kTables = 4 };
 
 int64_t count_of(const Plan& plan, const Block& b) {
   const int64_t e1 = std::min(b.w1 * plan.unit, plan.numel);
@@ -69,14 +69,37 @@ size_t LosslessCudaCodec::encode(const void* values, DType dtype, int64_t n, uin
   return size_t(L.static_bytes) + dyn;
 }
 
+// What the host reads of a received message: its 16-byte header and the first
+// min(dynamic_bytes, lossless_parse_prefix_bytes) bytes of its dynamic part
+// (at most 385 bytes of table + 2 per 1024-value segment: the const exponent,
+// the ZipCCL table or the Huffman symbols and code lengths, and the
+// per-segment escape counts or stream sizes) -- what lossless_parse checks,
+// what sizes the launches and what builds the tables. Both are gathered on the
+// device into one scratch buffer and read with one D2H copy and one wait. The
+// SM planes, the zip code planes and escapes and the Huffman streams are read
+// in place by the kernels, which flag invalid codes; lossless_decode_section_cuda
+// reads that flag (4 bytes, the second and last wait). E.g. a 1 MiB bf16
+// message (n = 512K, S = 512): at most 16 + 385 + 1024 = 1425 bytes.
 void LosslessCudaCodec::decode(const uint8_t* in, size_t in_bytes, DType dtype, int64_t n, void* values) const {
-  std::vector<uint8_t> host(in_bytes);
-  check_cuda(cudaMemcpyAsync(host.data(), in, in_bytes, cudaMemcpyDeviceToHost, stream_), "message");
-  check_cuda(cudaStreamSynchronize(stream_), "message");
+  const lossless::Layout L = lossless::make_layout(dtype, n);
+  if (in_bytes < size_t(L.static_bytes))  // before any copy: even the header may be missing
+    throw MalformedMessage("lossless: truncated message: " + std::to_string(in_bytes) +
+                           " bytes, the static part alone is " + std::to_string(L.static_bytes));
+  const size_t sec_bytes = std::min(in_bytes - size_t(L.static_bytes), lossless_parse_prefix_bytes(dtype, n));
+  const size_t hb = size_t(lossless::kHeaderBytes);
+  uint8_t* gather = scratch(kTables, hb + sec_bytes);
+  check_cuda(cudaMemcpyAsync(gather, in, hb, cudaMemcpyDeviceToDevice, stream_), "header");
+  if (sec_bytes)
+    check_cuda(cudaMemcpyAsync(gather + hb, in + L.static_bytes, sec_bytes, cudaMemcpyDeviceToDevice, stream_),
+               "section tables");
+  std::vector<uint8_t> host(hb + sec_bytes);
+  check_cuda(cudaMemcpyAsync(host.data(), gather, host.size(), cudaMemcpyDeviceToHost, stream_), "header and tables");
+  check_cuda(cudaStreamSynchronize(stream_), "header and tables");
   LosslessDecodePlan P;
-  lossless_parse(host.data(), in_bytes, dtype, n, P);  // validates; MalformedMessage
+  // validates; MalformedMessage
+  lossless_parse_parts(host.data(), host.data() + hb, sec_bytes, in_bytes, dtype, n, P);
   uint8_t* exps = scratch(kExps, size_t(P.layout.body));
-  lossless_decode_section_cuda(dtype, P, in, exps, stream_);
+  lossless_decode_section_cuda(dtype, P, in, exps, stream_);  // waits; MalformedMessage on bad codes
   lossless_merge_cuda(dtype, in, exps, n, values, stream_);  // not waited for: stream order
 }
 

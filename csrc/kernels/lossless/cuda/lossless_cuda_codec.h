@@ -4,9 +4,10 @@
 // in-process all-reduce with both). The host takes part where the format
 // needs it: the exponent histogram and the encode plan, the announced size of
 // a received dynamic part (its 16-byte header is copied to the host), and the
-// parse of a received message (correctness first: the whole message is copied
-// to the host for lossless_parse; a GPU-side parse would avoid that copy). So
-// every call waits for its work. Sums and the mean's division are the identity
+// parse of a received message: only its header and its section's tables
+// (<= 16 + 385 bytes + 2 per 1024-value segment) are copied to the host for
+// lossless_parse_parts, in one D2H copy; the kernels read the payload in place
+// (decode in the .cu says exactly what is read). So every call waits for its work. Sums and the mean's division are the identity
 // codec's (IdentityCudaCodec), as on the CPU. Status: compiled with nvcc in CI
 // and run there on the CPU emulation of CUDA (tests/cpp/cuda_emu); never on a GPU.
 #pragma once
@@ -37,8 +38,9 @@ class LosslessCudaCodec final : public CudaCodec<LosslessCodec> {
 
   LosslessOptions opt_;
   IdentityCudaCodec id_;
-  mutable uint8_t* scratch_[4] = {nullptr, nullptr, nullptr, nullptr};  // exps, raw, sum, hist
-  mutable size_t scratch_bytes_[4] = {0, 0, 0, 0};
+  // exps, raw, sum, hist, tables (a received header + section tables, gathered for one D2H copy)
+  mutable uint8_t* scratch_[5] = {nullptr, nullptr, nullptr, nullptr, nullptr};
+  mutable size_t scratch_bytes_[5] = {0, 0, 0, 0, 0};
 };
 
 }  // namespace cuda
