@@ -2,8 +2,10 @@
 // lossless and none, whichever a cost model predicts fastest. Every rank
 // takes the same decision: it depends only on the config, the world size,
 // the bucket's size and dtype, and numbers the ranks share through the
-// header exchange (each rank appends its own measurements; the mean over the
-// ranks is what every rank uses for the next bucket):
+// header exchange (each rank puts its own measurements in the header's block of
+// kHeaderSums numbers, zero in other modes so that every header has one length;
+// the group's first bucket shares them in a header of its own before deciding;
+// the mean over the ranks is what every rank uses for the next bucket):
 //   link: bandwidth B (bytes/s a rank sends) from the execute time of the
 //         group's mode-none buckets of >= 1 MB, latency L from the fastest
 //         header exchange seen (or cfg.auto_bandwidth / auto_latency);
