@@ -49,7 +49,16 @@ file -b "$B/core/dynamiq_tests" | cut -d, -f1-2
 # The three exhaustive-sweep tests (FloatBitsSweep.*: every 5th float pattern;
 # every 16-bit rounding word) take minutes under emulation; the native runs cover
 # their code, which is the same.
-filter='-FloatBitsSweep.*:DynamiqRounding.SixteenBitUniformsAreUnbiasedTo2PowMinus17'
+# Without the suites of scheduling, transport and failure handling (send windows, timelines,
+# fault injection, round counts, reduce-scatter/all-gather schedules, auto's cost model):
+# ISA-independent code, run natively and under ASan. They took 125 of the 266 s under QEMU
+# (2-core AMD guest, 2026-11-26). The codecs, kernels, allocator, thread pool, and an
+# all-reduce end to end in every mode and topology stay.
+skip=(FloatBitsSweep DynamiqRounding.SixteenBitUniformsAreUnbiasedTo2PowMinus17 Faults SendWindow Timeline
+      SendAhead AutoMode Rounds ReduceScatter AllGather NcclOrder Slices Hierarchical Failure RendezvousSends
+      SchedulePhases Schedule InprocTransport BufferPool ExecutorGuard HeaderCorruption Header BitFlipImpact)
+filter="-$(for s in "${skip[@]}"; do case $s in *.*) printf '%s:' "$s" ;; *) printf '%s.*:' "$s" ;; esac; done)"
+filter=${filter%:}
 if [ $# -gt 0 ]; then
   qemu-aarch64 -L /usr/aarch64-linux-gnu "$B/core/dynamiq_tests" "$@"
 else

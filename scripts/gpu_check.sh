@@ -159,7 +159,8 @@ if [ -n "$BENCH" ] && have_time 90; then
   timeout 80 "$BENCH" $BENCH_ARGS >"$W/bench_cuda.log" 2>&1
   rc=$?; log "gpu benchmark ($(basename "$BENCH") $BENCH_ARGS): rc=$rc"
   [ $rc -eq 0 ] && KERNEL_TABLE=$(cat "$W/bench_cuda.log") || FAILED=$((FAILED + 1))
-  [ $rc -eq 0 ] && grep -E "^[0-9]" "$W/bench_cuda.log" | awk '{printf "  %s MiB %s %s: %s GB/s (%s%% of copy)\n", $1, $2, $3, $5, $6}' >>"$SUMMARY"
+  [ $rc -eq 0 ] && grep -E "^[0-9]" "$W/bench_cuda.log" | awk 'NF == 6 {printf "  %s MiB %s %s: %s GB/s (%s%% of copy)\n", $1, $2, $3, $5, $6}
+    NF == 3 {printf "  %s KiB %s: %s ms per collective (host time, 2 ranks in one process)\n", $1, $2, $3}' >>"$SUMMARY"
 elif [ "$DRY" = 1 ] || [ "$HAVE_GPU" = 1 ]; then
   fail "gpu benchmark: no bench_cuda$([ "$DRY" = 1 ] && echo _emu) binary in $B"
 fi

@@ -160,6 +160,47 @@ TEST(AutoMode, PredictionFollowsTheModel) {
   EXPECT_EQ(auto_predict(s, c, 4, 16 << 20, DType::kF32).choice, 1);
 }
 
+TEST(AutoMode, ReprobesAModeThatHasNotRunForAWhile) {
+  AutoState s;
+  s.shared = true;
+  s.bandwidth = 1.8e9;  // 14.4 Gbit/s: none predicted fastest, the lossy mode 1.36x its time
+  s.latency = 1e-4;
+  s.lossy = {1e-9, 2e-9, 5.0};
+  s.lossless = {0.0, 20e-9, 28.0};
+  const CollectiveConfig c = auto_cfg();
+  const int64_t big = 16 << 20, small = 100 << 10;  // 64 MB and 400 KB of float32
+  AutoPrediction p = auto_predict(s, c, 4, big, DType::kF32);
+  ASSERT_EQ(p.choice, 0);
+  ASSERT_FALSE(p.reprobe);
+  const int lossy = 2;
+  ASSERT_LE(p.seconds[lossy], kAutoReprobeSlack * p.seconds[0]) << "the test needs the lossy mode within the slack";
+  s.since_run[lossy] = kAutoReprobeBuckets - 1;
+  EXPECT_EQ(auto_predict(s, c, 4, big, DType::kF32).choice, 0) << "not yet";
+  s.since_run[lossy] = kAutoReprobeBuckets;
+  p = auto_predict(s, c, 4, big, DType::kF32);
+  EXPECT_EQ(p.choice, lossy);
+  EXPECT_TRUE(p.reprobe);
+  EXPECT_EQ(auto_predict(s, c, 4, small, DType::kF32).choice, 0) << "a bucket below 1 MB measures nothing";
+  // a mode predicted far slower than the choice is never re-probed
+  s.correction[lossy] = 2.0 * kAutoReprobeSlack * p.seconds[0] / (p.seconds[lossy] / s.correction[lossy]);
+  EXPECT_EQ(auto_predict(s, c, 4, big, DType::kF32).choice, 0);
+}
+
+// A long sequence of 1 MB buckets on a link where none is predicted fastest: the
+// ranks take the same decisions (re-probes included, which depend on measured
+// times: whether the lossy mode is within the slack varies with the machine's
+// load) and end bit-identical; a re-probe comes at most once per
+// kAutoReprobeBuckets.
+TEST(AutoMode, ReprobeIsAgreedOverASequence) {
+  const std::vector<int64_t> sizes(size_t(2 * kAutoReprobeBuckets + 4), 1 << 18);
+  const Runs r = run(auto_cfg(1e12, 0.0), 2, sizes);
+  expect_agreement(r);
+  int lossy_runs = 0;
+  for (size_t i = 0; i < sizes.size(); ++i) lossy_runs += r.stats[i][0].auto_choice == int(mode_id("dynamiq"));
+  std::printf("[ auto ] %d of %zu buckets ran the lossy mode\n", lossy_runs, sizes.size());
+  EXPECT_LE(lossy_runs, 3) << "re-probed more than once per " << kAutoReprobeBuckets << " buckets";
+}
+
 TEST(AutoMode, HierarchicalDecidesPerInterNodeRing) {
   CollectiveConfig c = auto_cfg(1e3, 0.0);
   c.topology = Topology::kHierarchical;

@@ -117,7 +117,7 @@ def test_peer_dying_mid_collective_raises_not_hangs():
     print("rank 0 saw:", msg, f"after {dt:.1f} s")
 
 
-def _peer_hangs(rank, world, when):
+def _peer_hangs(rank, world, when, done_file):
     # Rank 1 is alive but never joins (stuck in its own code) before the first dynamiq
     # call on the group, which makes dynamiq's own process group, or before a later
     # one: rank 0 must raise a TransportError once the group's timeout (pg_timeout
@@ -126,20 +126,25 @@ def _peer_hangs(rank, world, when):
     x = torch.ones(1 << 16)
     if when == "later":
         dynamiq.all_reduce(x, dynamiq.Config(mode="none"))
-    if rank == 1:
-        time.sleep(20)
+    if rank == 1:  # stuck until rank 0 is done (at most 20 s), so that the test lasts no longer
+        deadline = time.monotonic() + 20
+        while not os.path.exists(done_file) and time.monotonic() < deadline:
+            time.sleep(0.05)
         return "slept", "", 0.0
     t0 = time.monotonic()
     try:
         dynamiq.all_reduce(x, dynamiq.Config(mode="none"))
     except dynamiq.TransportError as e:
         return "raised", str(e)[:300], time.monotonic() - t0
+    finally:
+        open(done_file, "w").close()
     return "no error", "", time.monotonic() - t0
 
 
 @pytest.mark.parametrize("when", ["first", "later"])
-def test_hung_peer_raises_after_the_group_timeout(when):
-    res = run_ranks(_peer_hangs, 2, when, timeout=120, pg_timeout=6, allow_failure=True)
+def test_hung_peer_raises_after_the_group_timeout(when, tmp_path):
+    res = run_ranks(_peer_hangs, 2, when, str(tmp_path / "rank0-done"), timeout=120, pg_timeout=6,
+                    allow_failure=True)
     assert res[0][0] == "raised", res[0]
     status, msg, dt = res[0]
     assert 5 < dt < 18, f"raised after {dt:.1f} s, the group's timeout is 6 s: {msg}"

@@ -159,6 +159,17 @@ AutoPrediction auto_predict(const AutoState& s, const CollectiveConfig& cfg, int
   const int last = s.last_choice;
   if (last >= 0 && last != p.choice && p.seconds[p.choice] > (1.0 - kAutoHysteresis) * p.seconds[last])
     p.choice = last;
+  if (N * es >= double(int64_t(1) << 20)) {  // a bucket whose time updates a correction
+    int probe = -1;
+    for (int i = 0; i < 3; ++i)
+      if (i != p.choice && s.since_run[i] >= kAutoReprobeBuckets &&
+          p.seconds[i] <= kAutoReprobeSlack * p.seconds[p.choice] && (probe < 0 || p.seconds[i] < p.seconds[probe]))
+        probe = i;
+    if (probe >= 0) {
+      p.choice = probe;
+      p.reprobe = true;
+    }
+  }
   return p;
 }
 
@@ -208,7 +219,11 @@ CallStats auto_all_reduce(Transport& tr, const CollectiveConfig& cfg, const Call
   const double corr_used = st.correction[p.choice];
   CallStats cs = all_reduce(tr, c, b);
   st.calls += 1;
-  if (p.predicted) st.last_choice = p.choice;
+  if (p.predicted && !p.reprobe) st.last_choice = p.choice;  // a re-probe does not move the hysteresis
+  if (p.predicted && a.numel * int64_t(dtype_size(a.dtype)) >= (int64_t(1) << 20)) {
+    for (int64_t& k : st.since_run) k += 1;
+    st.since_run[p.choice] = 0;
+  }
   st.absorb(ex.sums);
   // this rank's samples, shared with the next bucket's header
   if (cs.slices == 1 && cs.t_header > 0)

@@ -2,8 +2,10 @@
 // lossless and none, whichever a cost model predicts fastest. Every rank
 // takes the same decision: it depends only on the config, the world size,
 // the bucket's size and dtype, and numbers the ranks share through the
-// header exchange (each rank appends its own measurements; the mean over the
-// ranks is what every rank uses for the next bucket):
+// header exchange (each rank puts its own measurements in the header's block of
+// kHeaderSums numbers, zero in other modes so that every header has one length;
+// the group's first bucket shares them in a header of its own before deciding;
+// the mean over the ranks is what every rank uses for the next bucket):
 //   link: bandwidth B (bytes/s a rank sends) from the execute time of the
 //         group's mode-none buckets of >= 1 MB, latency L from the fastest
 //         header exchange seen (or cfg.auto_bandwidth / auto_latency);
@@ -24,7 +26,12 @@
 // (kernels and wire added, not overlapped: a conservative model), each times
 // its correction. Hysteresis: the previous choice stays unless another mode is
 // predicted more than kAutoHysteresis (10 %) faster (measurements under load
-// are noisy; near-equal modes would otherwise alternate). The group's first
+// are noisy; near-equal modes would otherwise alternate). Re-probe: a mode's
+// correction is measured only when it runs, so a mode the model underrates
+// would never run again; once a mode has not run for kAutoReprobeBuckets
+// predicted buckets of >= 1 MB and is predicted within kAutoReprobeSlack of
+// the choice, the next such bucket runs it (at most one extra bucket in 64,
+// each predicted at most 1.5x the choice's time). The group's first
 // bucket runs none (no link measured yet,
 // unless auto_bandwidth is given), and so does a bucket below
 // min_compress_numel. Ties go to none, then lossless.
@@ -39,6 +46,8 @@
 namespace dynamiq {
 
 constexpr double kAutoHysteresis = 0.10;
+constexpr int64_t kAutoReprobeBuckets = 64;
+constexpr double kAutoReprobeSlack = 1.5;
 
 // Seconds per element, bits per coordinate (float32 calibration, see above).
 struct CodecCost {
@@ -68,6 +77,8 @@ struct AutoState {
   double my_correction[3] = {0.0, 0.0, 0.0};  // 0: no sample
   int64_t calls = 0;
   int last_choice = -1;  // index (none, lossless, lossy) of the last predicted choice (shared: same on every rank)
+  // per mode, predicted buckets of >= 1 MB since it last ran one (shared: from the agreed choices)
+  int64_t since_run[3] = {0, 0, 0};
   std::unique_ptr<AutoState> inter;  // topology hierarchical: the inter-node ring's state
 
   std::vector<int64_t> report() const;       // this rank's numbers, as header sums
@@ -81,6 +92,7 @@ struct AutoPrediction {
   double seconds[3];     // predicted (corrected); 0 when not predicted
   int choice = 0;        // index into modes
   bool predicted = false;  // false: a rule chose (first call, tiny bucket)
+  bool reprobe = false;    // the choice is a re-probe of a mode that has not run for a while
 };
 
 // The decision for a bucket from the shared numbers alone.

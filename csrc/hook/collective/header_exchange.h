@@ -30,8 +30,9 @@ struct HeaderReport {
   bool config_error = false;                   // make_scheme rejected its config (InputError::kConfig)
   bool local_pass_error = false;               // its local pass threw (InputError::kLocalPass)
   Collective kind = Collective::kAllReduce;     // named in the error message
-  // Mode auto (auto_mode.h): numbers summed over the ranks (not compared),
-  // appended to the header; null for every other mode (header as before).
+  // Mode auto (auto_mode.h): at most kHeaderSums numbers summed over the ranks
+  // (not compared), in the header's block of sums; null for every other mode
+  // (the block is then zero).
   const std::vector<int64_t>* sums = nullptr;
 };
 
