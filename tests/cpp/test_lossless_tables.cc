@@ -8,6 +8,7 @@
 // message with lengths {1, 2, 2} (a complete code) decodes, so it is otherwise well formed.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -91,6 +92,66 @@ TEST(LosslessTables, SegmentEscapeCountAboveItsSizeIsRefusedByTheParser) {
   }
   std::vector<uint16_t> out(v.size());
   EXPECT_THROW(lossless_decode(msg.data(), msg.size(), t, n, out.data()), MalformedMessage);
+}
+
+// lossless_parse_parts (the CUDA decode's parse) reads only the header and the first
+// min(dynamic_bytes, lossless_parse_prefix_bytes) section bytes: given exactly those, in
+// buffers of exactly that size (ASan catches a read past them), it makes lossless_parse's plan
+// for every format; given one byte fewer it refuses with an Error that is not MalformedMessage
+// (a caller's bug, not a bad message).
+TEST(LosslessTables, ParsePartsReadsOnlyTheHeaderAndTheSectionPrefix) {
+  const DType t = DType::kBF16;
+  const int64_t n = 40000 + 3;
+  std::vector<std::vector<uint8_t>> msgs;
+  for (uint32_t formats : {0x1u, 0x3u, 0x5u, 0x9u}) {
+    std::vector<uint16_t> x(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) {
+      // exponent 118 + a geometric count (skewed: zip and Huffman pay), random low mantissa bits
+      const uint32_t r = uint32_t(uint64_t(i + 1) * 2654435761u) ^ uint32_t(i >> 3);
+      const uint32_t e = 118 + uint32_t(__builtin_ctz(r | 0x100u));
+      x[size_t(i)] = formats == 0x3u ? uint16_t(0x3fc0) : uint16_t((e << 7) | ((r >> 25) & 0x7fu));
+    }
+    LosslessOptions opt;
+    opt.formats = formats;
+    std::vector<uint8_t> m(lossless_static_bytes(t, n) + lossless_max_dynamic_bytes(t, n));
+    m.resize(lossless_encode(x.data(), t, n, m.data(), opt));
+    msgs.push_back(m);
+  }
+  ASSERT_EQ(lossless::ExpFormat(msgs[0][3]), lossless::ExpFormat::kPlain);
+  ASSERT_EQ(lossless::ExpFormat(msgs[1][3]), lossless::ExpFormat::kConst);
+  ASSERT_EQ(lossless::ExpFormat(msgs[2][3]), lossless::ExpFormat::kZip);
+  ASSERT_EQ(lossless::ExpFormat(msgs[3][3]), lossless::ExpFormat::kHuffman);
+  const size_t st = lossless_static_bytes(t, n), prefix = lossless_parse_prefix_bytes(t, n);
+  EXPECT_EQ(prefix, size_t(385 + 2 * 40));
+  for (const auto& m : msgs) {
+    SCOPED_TRACE(lossless::exp_format_name(lossless::ExpFormat(m[3])));
+    LosslessDecodePlan want, got;
+    lossless_parse(m.data(), m.size(), t, n, want);
+    const std::vector<uint8_t> header(m.begin(), m.begin() + 16);
+    const size_t need = std::min(m.size() - st, prefix);
+    const std::vector<uint8_t> sec(m.begin() + long(st), m.begin() + long(st + need));
+    lossless_parse_parts(header.data(), sec.data(), sec.size(), m.size(), t, n, got);
+    EXPECT_EQ(got.format, want.format);
+    EXPECT_EQ(got.dynamic_bytes, want.dynamic_bytes);
+    EXPECT_EQ(got.constant, want.constant);
+    EXPECT_EQ(std::memcmp(got.zip_table, want.zip_table, 8), 0);
+    EXPECT_EQ(got.planes_offset, want.planes_offset);
+    EXPECT_EQ(got.payload_offset, want.payload_offset);
+    EXPECT_EQ(got.payload_bytes, want.payload_bytes);
+    EXPECT_EQ(got.seg_start, want.seg_start);
+    EXPECT_EQ(got.huff_table, want.huff_table);
+    if (need == 0) continue;
+    bool threw_error = false, threw_malformed = false;
+    try {
+      lossless_parse_parts(header.data(), sec.data(), need - 1, m.size(), t, n, got);
+    } catch (const MalformedMessage&) {
+      threw_malformed = true;
+    } catch (const Error&) {
+      threw_error = true;
+    }
+    EXPECT_TRUE(threw_error);
+    EXPECT_FALSE(threw_malformed);
+  }
 }
 
 }  // namespace
