@@ -238,6 +238,7 @@ CallStats auto_all_reduce(Transport& tr, const CollectiveConfig& cfg, const Call
     if (raw > 0) st.my_correction[p.choice] = cs.t_total / raw;
   }
   cs.auto_choice = int32_t(c.mode);
+  cs.auto_reprobe = p.reprobe;
   for (int i = 0; i < 3; ++i) cs.auto_predicted[i] = p.seconds[i];
   return cs;
 }

@@ -156,6 +156,7 @@ struct CallStats : ExecStats {
   // model's predicted seconds for none, lossless and the lossy mode.
   int32_t auto_choice = -1;
   double auto_predicted[3] = {0.0, 0.0, 0.0};
+  bool auto_reprobe = false;  // the choice re-probed a mode that had not run for a while
 };
 
 // Runs the collective in place on args.data. Throws Error (same message on

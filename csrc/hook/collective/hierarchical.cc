@@ -229,6 +229,7 @@ CallStats hierarchical_all_reduce(Transport& tr, const CollectiveConfig& cfg, co
     cs.u_step = ar.u_step;
     cs.pool_bytes = ar.pool_bytes;
     cs.auto_choice = ar.auto_choice;
+    cs.auto_reprobe = ar.auto_reprobe;
     for (int i = 0; i < 3; ++i) cs.auto_predicted[i] = ar.auto_predicted[i];
   } catch (...) {
     shard.leak = true;

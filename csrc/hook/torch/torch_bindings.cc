@@ -107,6 +107,7 @@ py::dict stats_dict(const CallStats& s) {
     pr["lossless"] = s.auto_predicted[1];
     pr["lossy"] = s.auto_predicted[2];
     d["auto_predicted"] = pr;
+    d["auto_reprobe"] = s.auto_reprobe;
   } else {
     d["auto_choice"] = py::none();
   }
