@@ -13,6 +13,7 @@
 
 #include "kernels/base/float_bits.h"
 #include "kernels/lossless/lossless_cuda.h"
+#include "lossless_test_values.h"
 
 namespace dynamiq {
 namespace {
@@ -29,20 +30,7 @@ struct Dev {
   ~Dev() { cudaFree(p); }
 };
 
-std::vector<uint8_t> make_values(DType t, int64_t n, int kind, uint32_t seed) {
-  std::mt19937 g(seed);
-  std::normal_distribution<float> nd(0.f, 1e-3f);
-  const int es = dtype_size(t);
-  std::vector<uint8_t> v(size_t(n * es));
-  for (int64_t i = 0; i < n; ++i) {
-    uint32_t w;
-    const float f = kind == 2 ? 1.5f : nd(g);
-    w = t == DType::kF32 ? f32_bits(f) : t == DType::kBF16 ? f32_to_bf16(f) : f32_to_f16(f);
-    if (kind == 1 && i % 7 == 0) w = uint32_t(g());  // random patterns: NaNs, infs, subnormals
-    std::memcpy(v.data() + i * es, &w, size_t(es));
-  }
-  return v;
-}
+using dqtest::lossless_values;
 
 TEST(CudaLossless, GpuMessagesAndDecodesMatchTheCpuBitForBit) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
@@ -52,7 +40,7 @@ TEST(CudaLossless, GpuMessagesAndDecodesMatchTheCpuBitForBit) {
         for (uint32_t formats : {0xfu, 0x1u, 0x5u}) {
           SCOPED_TRACE(std::string(dtype_name(t)) + " kind " + std::to_string(kind) + " n " +
                        std::to_string(n) + " formats " + std::to_string(formats));
-          const auto x = make_values(t, n, kind, uint32_t(n + kind));
+          const auto x = lossless_values(t, n, kind, uint32_t(n + kind));
           LosslessOptions opt;
           opt.formats = formats;
           const size_t cap = lossless_static_bytes(t, n) + lossless_max_dynamic_bytes(t, n);
@@ -97,7 +85,7 @@ TEST(CudaLossless, CorruptHuffmanStreamIsReported) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
   const DType t = DType::kBF16;
   const int64_t n = 40000;
-  const auto x = make_values(t, n, 0, 3);
+  const auto x = lossless_values(t, n, 0, 3);
   std::vector<uint8_t> msg(lossless_static_bytes(t, n) + lossless_max_dynamic_bytes(t, n));
   LosslessOptions opt;
   opt.formats = 0x9;

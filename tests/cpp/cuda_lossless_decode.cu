@@ -16,6 +16,7 @@
 
 #include "kernels/base/float_bits.h"
 #include "kernels/lossless/cuda/lossless_cuda_codec.h"
+#include "lossless_test_values.h"
 
 namespace dynamiq {
 namespace {
@@ -33,19 +34,7 @@ struct DevBuf {
   ~DevBuf() { cudaFree(p); }
 };
 
-// n values of dtype t: Gaussian gradients (kind 0) or all 1.5 (kind 1, one exponent).
-std::vector<uint8_t> make_values(DType t, int64_t n, int kind, uint32_t seed) {
-  std::mt19937 g(seed);
-  std::normal_distribution<float> nd(0.f, 1e-3f);
-  const int es = dtype_size(t);
-  std::vector<uint8_t> v(size_t(n * es));
-  for (int64_t i = 0; i < n; ++i) {
-    const float f = kind == 1 ? 1.5f : nd(g);
-    const uint32_t w = t == DType::kF32 ? f32_bits(f) : t == DType::kBF16 ? f32_to_bf16(f) : f32_to_f16(f);
-    std::memcpy(v.data() + i * es, &w, size_t(es));
-  }
-  return v;
-}
+using dqtest::lossless_values;
 
 std::vector<uint8_t> encode(const std::vector<uint8_t>& x, DType t, int64_t n, uint32_t formats) {
   LosslessOptions opt;
@@ -90,14 +79,14 @@ std::vector<uint8_t> gpu_decode(const cuda::LosslessCudaCodec& gpu, const std::v
 
 struct Case {
   DType t;
-  int kind;
+  int kind;  // of lossless_values: 0 Gaussian, 2 all 1.5 (one exponent)
   uint32_t formats;
   ExpFormat want;
 };
 
 const Case kCases[] = {
     {DType::kBF16, 0, 0x9, ExpFormat::kHuffman}, {DType::kBF16, 0, 0x5, ExpFormat::kZip},
-    {DType::kBF16, 0, 0x1, ExpFormat::kPlain},   {DType::kBF16, 1, 0xf, ExpFormat::kConst},
+    {DType::kBF16, 0, 0x1, ExpFormat::kPlain},   {DType::kBF16, 2, 0xf, ExpFormat::kConst},
     {DType::kF16, 0, 0x9, ExpFormat::kHuffman},  {DType::kF16, 0, 0x5, ExpFormat::kZip},
     {DType::kF16, 0, 0x1, ExpFormat::kPlain},    {DType::kF32, 0, 0x9, ExpFormat::kHuffman},
     {DType::kF32, 0, 0x5, ExpFormat::kZip},      {DType::kF32, 0, 0x1, ExpFormat::kPlain},
@@ -111,7 +100,7 @@ TEST(CudaLosslessDecode, EveryFormatDecodesBitForBitLikeTheCpu) {
   for (const Case& c : kCases) {
     const int64_t n = (int64_t(1) << 20) / dtype_size(c.t) + 5;
     SCOPED_TRACE(std::string(dtype_name(c.t)) + " " + lossless::exp_format_name(c.want));
-    const auto x = make_values(c.t, n, c.kind, 17);
+    const auto x = lossless_values(c.t, n, c.kind, 17);
     const auto msg = encode(x, c.t, n, c.formats);
     ASSERT_EQ(lossless_format_of(msg.data()), c.want);
     std::vector<uint8_t> cpu(x.size());
@@ -133,7 +122,7 @@ TEST(CudaLosslessDecode, OnlyTheHeaderAndTablesAreCopiedToTheHost) {
   for (const Case& c : kCases) {
     const int64_t n = (int64_t(1) << 20) / dtype_size(c.t) + 5;
     SCOPED_TRACE(std::string(dtype_name(c.t)) + " " + lossless::exp_format_name(c.want));
-    const auto x = make_values(c.t, n, c.kind, 23);
+    const auto x = lossless_values(c.t, n, c.kind, 23);
     const auto msg = encode(x, c.t, n, c.formats);
     ASSERT_EQ(lossless_format_of(msg.data()), c.want);
     ASSERT_GT(msg.size(), size_t(256) << 10);
@@ -167,10 +156,10 @@ TEST(CudaLosslessDecode, MalformedMessagesAreRefusedOnTheDevicePath) {
   const cuda::LosslessCudaCodec gpu;
   const DType t = DType::kBF16;
   const int64_t n = 40000 + 3;  // 5000 groups, 40 segments, a 3-value tail
-  const auto x = make_values(t, n, 0, 5);
+  const auto x = lossless_values(t, n, 0, 5);
   const lossless::Layout L = lossless::make_layout(t, n);
   const size_t st = size_t(L.static_bytes), S = size_t(L.segments);
-  const auto huff = encode(x, t, n, 0x9), zip = encode(x, t, n, 0x5), cnst = encode(make_values(t, n, 1, 5), t, n, 0x3);
+  const auto huff = encode(x, t, n, 0x9), zip = encode(x, t, n, 0x5), cnst = encode(lossless_values(t, n, 2, 5), t, n, 0x3);
   ASSERT_EQ(lossless_format_of(huff.data()), ExpFormat::kHuffman);
   ASSERT_EQ(lossless_format_of(zip.data()), ExpFormat::kZip);
   ASSERT_EQ(lossless_format_of(cnst.data()), ExpFormat::kConst);
