@@ -82,9 +82,12 @@ run_target() {
     mkdir -p "$work"
     extra=()
   fi
-  # -timeout: one input longer than 10 s is a hang (a finding); 2.5 GB: a growing memory
-  # use is one too. -use_value_profile: comparisons guide the search (header fields, counts).
-  /usr/bin/time -f "%U %S %e" -o $B-logs/$t.time nice -n 19 $B/tests/fuzz/$t "$work" $B-seeds/$t -max_total_time="$SECS" -timeout=10 \
+  # -timeout: one input longer than FUZZ_UNIT_TIMEOUT s (default 10; 60 with a CPU budget) is
+  # a hang (a finding); it is wall-clock, and a target at nice 19 beside busy processes can take
+  # 10 s for an input of 0.25 s of CPU (fuzz_plan, twice). 2.5 GB: a growing memory use is one
+  # too. -use_value_profile: comparisons guide the search (header fields, counts).
+  /usr/bin/time -f "%U %S %e" -o $B-logs/$t.time nice -n 19 $B/tests/fuzz/$t "$work" $B-seeds/$t -max_total_time="$SECS" \
+    -timeout="${FUZZ_UNIT_TIMEOUT:-$([ -n "${FUZZ_CPU_SECONDS:-}" ] && echo 60 || echo 10)}" \
     -rss_limit_mb=2560 -use_value_profile=1 -print_final_stats=1 -artifact_prefix="$B-artifacts/$t-" \
     "${extra[@]}" >$B-logs/$t.log 2>&1 &
   local tp=$! fp="" rc=0

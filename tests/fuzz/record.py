@@ -20,6 +20,7 @@ WHAT = {
     "fuzz_lossless_block": "lossless block parser, ZipCCL and Huffman decoders",
     "fuzz_plan": "DynamiQ plan from received statistics and a restored allocator state",
     "fuzz_collective": "one rank of a whole all_reduce: header exchange, metadata, executor, codecs",
+    "fuzz_codec_bounded": "bounded codec: Lorenzo residual blocks, raw values, code lengths",
 }
 
 
