@@ -26,6 +26,10 @@ enum Slot : size_t {
   kCorrection = 14,  // 3 pairs, 1e-6
   kSlots = 20,
 };
+// A bucket of >= 1 MB: one whose time may update its mode's correction, and that
+// counts towards (and may be) a re-probe.
+bool big_bucket(int64_t numel, DType dtype) { return numel * int64_t(dtype_size(dtype)) >= (int64_t(1) << 20); }
+
 static_assert(kSlots == kHeaderSums, "the header carries exactly mode auto's slots");
 constexpr double kPs = 1e12, kMicro = 1e6;
 
@@ -159,7 +163,7 @@ AutoPrediction auto_predict(const AutoState& s, const CollectiveConfig& cfg, int
   const int last = s.last_choice;
   if (last >= 0 && last != p.choice && p.seconds[p.choice] > (1.0 - kAutoHysteresis) * p.seconds[last])
     p.choice = last;
-  if (N * es >= double(int64_t(1) << 20)) {  // a bucket whose time updates a correction
+  if (big_bucket(numel, dtype)) {
     int probe = -1;
     for (int i = 0; i < 3; ++i)
       if (i != p.choice && s.since_run[i] >= kAutoReprobeBuckets &&
@@ -220,7 +224,7 @@ CallStats auto_all_reduce(Transport& tr, const CollectiveConfig& cfg, const Call
   CallStats cs = all_reduce(tr, c, b);
   st.calls += 1;
   if (p.predicted && !p.reprobe) st.last_choice = p.choice;  // a re-probe does not move the hysteresis
-  if (p.predicted && a.numel * int64_t(dtype_size(a.dtype)) >= (int64_t(1) << 20)) {
+  if (p.predicted && big_bucket(a.numel, a.dtype)) {
     for (int64_t& k : st.since_run) k += 1;
     st.since_run[p.choice] = 0;
   }
