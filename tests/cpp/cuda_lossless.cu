@@ -13,6 +13,7 @@
 
 #include "kernels/base/float_bits.h"
 #include "kernels/lossless/lossless_cuda.h"
+#include "cuda_lossless_device_decode.h"
 #include "lossless_test_values.h"
 
 namespace dynamiq {
@@ -70,11 +71,8 @@ TEST(CudaLossless, GpuMessagesAndDecodesMatchTheCpuBitForBit) {
 
           // GPU decode of the CPU message.
           ASSERT_EQ(cudaMemcpy(dmsg.p, cpu.data(), cpu.size(), cudaMemcpyHostToDevice), cudaSuccess);
-          LosslessDecodePlan dp;
-          lossless_parse(cpu.data(), cpu.size(), t, n, dp);
-          lossless_decode_section_cuda(t, dp, dmsg.p, dexps.p, nullptr);
           Dev<uint8_t> dy(x.size());
-          lossless_merge_cuda(t, dmsg.p, dexps.p, n, dy.p, nullptr);
+          ASSERT_EQ(dqtest::decode_on_device(t, dmsg.p, cpu.size(), n, dy.p).kind, lossless::FaultKind::kNone);
           std::vector<uint8_t> y(x.size());
           ASSERT_EQ(cudaMemcpy(y.data(), dy.p, y.size(), cudaMemcpyDeviceToHost), cudaSuccess);
           EXPECT_EQ(y, x);
@@ -97,7 +95,7 @@ TEST(CudaLossless, CorruptHuffmanStreamIsReported) {
   // (or decodes an invalid code); the header and tables still parse.
   msg.back() ^= 0xff;
   lossless_parse(msg.data(), msg.size(), t, n, dp);
-  Dev<uint8_t> dmsg(msg.size()), dexps{static_cast<size_t>(n)};
+  Dev<uint8_t> dmsg(msg.size());
   ASSERT_EQ(cudaMemcpy(dmsg.p, msg.data(), msg.size(), cudaMemcpyHostToDevice), cudaSuccess);
   bool cpu_threw = false;
   std::vector<uint8_t> y(size_t(n) * 2);
@@ -106,13 +104,12 @@ TEST(CudaLossless, CorruptHuffmanStreamIsReported) {
   } catch (const MalformedMessage&) {
     cpu_threw = true;
   }
-  bool gpu_threw = false;
-  try {
-    lossless_decode_section_cuda(t, dp, dmsg.p, dexps.p, nullptr);
-  } catch (const MalformedMessage&) {
-    gpu_threw = true;
+  Dev<uint8_t> dy(y.size());
+  const lossless::Fault f = dqtest::decode_on_device(t, dmsg.p, msg.size(), n, dy.p);
+  EXPECT_EQ(f.kind != lossless::FaultKind::kNone, cpu_threw);
+  if (cpu_threw) {
+    EXPECT_EQ(f.kind, lossless::FaultKind::kCodes);
   }
-  EXPECT_EQ(gpu_threw, cpu_threw);
 }
 
 }  // namespace

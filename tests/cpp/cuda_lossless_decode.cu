@@ -1,13 +1,14 @@
 // LosslessCudaCodec's decode of a received message (lossless_cuda_codec.cu):
-// the host reads only the header and the section's tables, the kernels read
-// the payload in place, and a malformed message raises MalformedMessage and
-// leaves the output untouched. The CPU decoder is the oracle (bit for bit).
+// parsed, checked and decoded on the device with no copy to the host; a
+// malformed message raises MalformedMessage from finish(), in the CPU
+// decoder's words, and leaves the output untouched. The CPU decoder is the oracle (bit for bit).
 // Runs on a GPU, and in CI on the CPU emulation of CUDA (tests/cpp/cuda_emu),
 // which also counts the device-to-host copies.
 #include <gtest/gtest.h>
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstring>
 #include <functional>
 #include <random>
@@ -45,11 +46,11 @@ std::vector<uint8_t> encode(const std::vector<uint8_t>& x, DType t, int64_t n, u
 }
 
 // The codec's decompress of msg (copied to a device buffer of exactly its size)
-// into a device bucket first filled with 0xa5; returns the bucket. before/after
-// run just before and after the codec's call.
+// into a device bucket first filled with 0xa5, then its finish() (where a
+// refusal is raised); returns the bucket. probe(0), probe(1), probe(2) run
+// before the decompress, between it and finish(), and after finish().
 std::vector<uint8_t> gpu_decode(const cuda::LosslessCudaCodec& gpu, const std::vector<uint8_t>& msg, DType t,
-                                int64_t n, const std::function<void()>& before = nullptr,
-                                const std::function<void()>& after = nullptr) {
+                                int64_t n, const std::function<void(int)>& probe = nullptr) {
   const Plan plan = make_lossless_plan(t, n, 1);
   Block b;
   b.w1 = plan.num_units;
@@ -60,21 +61,43 @@ std::vector<uint8_t> gpu_decode(const cuda::LosslessCudaCodec& gpu, const std::v
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   Output y;
   y.bucket = dy.p;
-  if (before) before();
+  if (probe) probe(0);
   try {
     gpu.decompress(din.p, msg.size(), plan, b, y);
+    if (probe) probe(1);
+    gpu.finish();
   } catch (...) {
-    if (after) after();
+    if (probe) probe(2);
     std::vector<uint8_t> out(bytes);
     EXPECT_EQ(cudaMemcpy(out.data(), dy.p, bytes, cudaMemcpyDeviceToHost), cudaSuccess);
     EXPECT_EQ(out, std::vector<uint8_t>(bytes, 0xa5)) << "a refused message must leave the output untouched";
     throw;
   }
-  if (after) after();
+  if (probe) probe(2);
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   std::vector<uint8_t> out(bytes);
   EXPECT_EQ(cudaMemcpy(out.data(), dy.p, bytes, cudaMemcpyDeviceToHost), cudaSuccess);
   return out;
+}
+
+// The MalformedMessage text of a call ("" if it did not raise one).
+std::string refusal(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const MalformedMessage& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// What the GPU decode must say of a message the CPU decoder refused with
+// `cpu`: the same words for whatever the parse refuses; a segment's invalid
+// codes (found by the section decoders, which say no more) in its own words.
+std::string gpu_words(const std::string& cpu) {
+  if (cpu.find("invalid Huffman code stream") != std::string::npos ||
+      cpu.find("zip escape codes disagree") != std::string::npos)
+    return cpu.substr(0, cpu.find("lossless: ")) + "lossless: invalid exponent codes in a segment (GPU decode)";
+  return cpu + " (GPU decode)";
 }
 
 struct Case {
@@ -111,12 +134,10 @@ TEST(CudaLosslessDecode, EveryFormatDecodesBitForBitLikeTheCpu) {
 }
 
 #if defined(DYNAMIQ_CUDA_EMULATION)
-// The decode copies to the host only the header and the section's tables
-// (<= 16 + 385 + 2 bytes per 1024-value segment: 1425 bytes for 1 MiB of
-// bf16), in one copy, plus the 4-byte error flag of the section kernels:
-// never the message body (>= 256 KiB here, 1 MiB for plain), and at most
-// two waits.
-TEST(CudaLosslessDecode, OnlyTheHeaderAndTablesAreCopiedToTheHost) {
+// The decode parses and checks the message on the device: no copy to the host
+// and no wait during the decompress (the message is >= 256 KiB here, 1 MiB
+// for plain); finish() copies the 24-byte refusal record once and waits once.
+TEST(CudaLosslessDecode, DecodeNeitherCopiesToTheHostNorWaitsFinishWaitsOnce) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
   const cuda::LosslessCudaCodec gpu;
   for (const Case& c : kCases) {
@@ -126,24 +147,23 @@ TEST(CudaLosslessDecode, OnlyTheHeaderAndTablesAreCopiedToTheHost) {
     const auto msg = encode(x, c.t, n, c.formats);
     ASSERT_EQ(lossless_format_of(msg.data()), c.want);
     ASSERT_GT(msg.size(), size_t(256) << 10);
-    dynamiq_cuda_emu::CopyCounts counts;
-    size_t waits = 0;
-    const auto y = gpu_decode(
-        gpu, msg, c.t, n,
-        [] {
-          dynamiq_cuda_emu::reset_copy_counts();
-          dynamiq_cuda_emu::set_api_log(true);
-        },
-        [&] {
-      counts = dynamiq_cuda_emu::copy_counts();
-      for (const auto& call : dynamiq_cuda_emu::api_log())
-        waits += std::string(call.name).find("Synchronize") != std::string::npos;
-      dynamiq_cuda_emu::set_api_log(false);
+    dynamiq_cuda_emu::CopyCounts counts[2];
+    size_t waits[2] = {0, 0};
+    const auto y = gpu_decode(gpu, msg, c.t, n, [&](int stage) {
+      if (stage > 0) {
+        counts[stage - 1] = dynamiq_cuda_emu::copy_counts();
+        for (const auto& call : dynamiq_cuda_emu::api_log())
+          waits[stage - 1] += std::string(call.name).find("Synchronize") != std::string::npos;
+      }
+      dynamiq_cuda_emu::reset_copy_counts();
+      dynamiq_cuda_emu::set_api_log(stage < 2);
     });
     EXPECT_EQ(y, x);
-    EXPECT_LT(counts.d2h_bytes, 4096u);
-    EXPECT_LE(counts.d2h_copies, 2u);
-    EXPECT_LE(waits, 2u);
+    EXPECT_EQ(counts[0].d2h_copies, 0u);
+    EXPECT_EQ(waits[0], 0u);
+    EXPECT_EQ(counts[1].d2h_copies, 1u);
+    EXPECT_EQ(counts[1].d2h_bytes, sizeof(lossless::Fault));
+    EXPECT_EQ(waits[1], 1u);
   }
 }
 #endif
@@ -223,11 +243,70 @@ TEST(CudaLosslessDecode, MalformedMessagesAreRefusedOnTheDevicePath) {
   for (const Bad& b : bad) {
     SCOPED_TRACE(b.what);
     std::vector<uint8_t> y(x.size());
-    EXPECT_THROW(lossless_decode(b.msg.data(), b.msg.size(), t, n, y.data()), MalformedMessage);
-    EXPECT_THROW(gpu_decode(gpu, b.msg, t, n), MalformedMessage);
+    const std::string cpu = refusal([&] { lossless_decode(b.msg.data(), b.msg.size(), t, n, y.data()); });
+    ASSERT_FALSE(cpu.empty());
+    EXPECT_EQ(refusal([&] { gpu_decode(gpu, b.msg, t, n); }), gpu_words(cpu));
   }
   // and the codec still decodes a good message afterwards
   EXPECT_EQ(gpu_decode(gpu, huff, t, n), x);
+}
+
+}  // namespace
+}  // namespace dynamiq
+
+namespace dynamiq {
+namespace {
+
+// Random corruption of the bytes the parse reads (header, tables, segment
+// sizes), of the payload, and of the size: the device parse refuses exactly
+// what the CPU decoder refuses, in the same words, and what both accept
+// decodes to the same values. Every format, all three dtypes.
+TEST(CudaLosslessDecode, RandomCorruptionsAreRefusedExactlyAsOnTheCpu) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  const cuda::LosslessCudaCodec gpu;
+  std::mt19937 rng(2026);
+  int refused = 0, accepted = 0;
+  for (const Case& c : kCases) {
+    const int64_t n = 9000 + 3;  // 1125 groups, 9 segments, a 3-value tail
+    SCOPED_TRACE(std::string(dtype_name(c.t)) + " " + lossless::exp_format_name(c.want));
+    const auto x = lossless_values(c.t, n, c.kind, 31);
+    const auto msg = encode(x, c.t, n, c.formats);
+    ASSERT_EQ(lossless_format_of(msg.data()), c.want);
+    const size_t st = lossless_static_bytes(c.t, n);
+    const size_t parsed = std::min(msg.size() - st, lossless_parse_prefix_bytes(c.t, n));
+    for (int trial = 0; trial < 24; ++trial) {
+      std::vector<uint8_t> m = msg;
+      const int how = int(rng() % 6);
+      const int flips = 1 + int(rng() % 3);
+      for (int i = 0; i < flips; ++i) {
+        size_t at;
+        if (how == 0) at = rng() % lossless::kHeaderBytes;
+        else if (how <= 2) at = st + rng() % std::max<size_t>(parsed, 1);
+        else at = rng() % m.size();
+        m[at] ^= uint8_t(1u << (rng() % 8));
+      }
+      if (how == 5) {  // and a size off by a few bytes
+        if (rng() % 2) m.resize(m.size() - 1 - rng() % 4);
+        else m.resize(m.size() + 1 + rng() % 4, uint8_t(rng()));
+      }
+      SCOPED_TRACE("trial " + std::to_string(trial));
+      std::vector<uint8_t> y(x.size());
+      const std::string cpu = refusal([&] { lossless_decode(m.data(), m.size(), c.t, n, y.data()); });
+      std::vector<uint8_t> g;
+      const std::string got = refusal([&] { g = gpu_decode(gpu, m, c.t, n); });
+      if (cpu.empty()) {
+        ++accepted;
+        EXPECT_EQ(got, "");
+        EXPECT_EQ(g, y);
+      } else {
+        ++refused;
+        EXPECT_EQ(got, gpu_words(cpu));
+      }
+    }
+  }
+  // both outcomes occur (payload flips of plain sections decode to other values)
+  EXPECT_GT(refused, 50);
+  EXPECT_GT(accepted, 10);
 }
 
 }  // namespace

@@ -1,7 +1,7 @@
 // The CUDA ZipCCL decoder's per-segment escape check (lossless_kernels.cu, `pos != end`), as
 // tests/cpp/test_lossless_escapes.cc checks the CPU one: a segment announcing one escape more
 // than its codes use (one code-plane bit flipped, escape -> code 1) passes lossless_parse and
-// must still raise MalformedMessage from lossless_decode_section_cuda. Runs on a GPU, and in CI
+// must still be refused by lossless_decode_cuda (a kCodes fault). Runs on a GPU, and in CI
 // on the CPU emulation of CUDA (tests/cpp/cuda_emu).
 #include <gtest/gtest.h>
 
@@ -13,6 +13,7 @@
 
 #include "kernels/base/float_bits.h"
 #include "kernels/lossless/lossless_cuda.h"
+#include "cuda_lossless_device_decode.h"
 
 namespace dynamiq {
 namespace {
@@ -52,16 +53,20 @@ TEST(CudaLosslessEscapes, SegmentAnnouncingMoreEscapesThanItsCodesUseIsMalformed
     bad[planes + size_t(esc / 8)] ^= uint8_t(1u << (esc % 8));  // escape -> code 1
     LosslessDecodePlan bp;
     ASSERT_NO_THROW(lossless_parse(bad.data(), bad.size(), t, n, bp));
-    uint8_t *dmsg = nullptr, *dexps = nullptr;
+    uint8_t *dmsg = nullptr, *dy = nullptr;
     ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&dmsg), bad.size()), cudaSuccess);
-    ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&dexps), size_t(n)), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&dy), size_t(n) * 2), cudaSuccess);
     ASSERT_EQ(cudaMemcpy(dmsg, bad.data(), bad.size(), cudaMemcpyHostToDevice), cudaSuccess);
-    EXPECT_THROW(lossless_decode_section_cuda(t, bp, dmsg, dexps, nullptr), MalformedMessage) << "segment " << seg;
+    EXPECT_EQ(dqtest::decode_on_device(t, dmsg, bad.size(), n, dy).kind, lossless::FaultKind::kCodes)
+        << "segment " << seg;
     // the unflipped message decodes on the device
     ASSERT_EQ(cudaMemcpy(dmsg, msg.data(), msg.size(), cudaMemcpyHostToDevice), cudaSuccess);
-    EXPECT_NO_THROW(lossless_decode_section_cuda(t, dp, dmsg, dexps, nullptr));
+    EXPECT_EQ(dqtest::decode_on_device(t, dmsg, msg.size(), n, dy).kind, lossless::FaultKind::kNone);
+    std::vector<uint16_t> y(static_cast<size_t>(n));
+    ASSERT_EQ(cudaMemcpy(y.data(), dy, size_t(n) * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+    EXPECT_EQ(y, v);
     cudaFree(dmsg);
-    cudaFree(dexps);
+    cudaFree(dy);
   }
 }
 

@@ -160,10 +160,6 @@ void merge_block(const uint8_t* msg, const Layout& L, const uint8_t* exps, int64
 // gather_spilled moves them into place once the section's table holds every
 // segment's size.
 
-int64_t zip_section_bytes(const Layout& L, int64_t n_esc) {
-  return kZipTableBytes + 2 * L.segments + 3 * L.groups + n_esc;
-}
-int64_t huff_header_bytes(const Layout& L, int k) { return 1 + k + (k + 1) / 2 + 2 * L.segments; }
 
 template <DType T>
 void encode_plain(const uint8_t* exps, const Layout& L, int64_t r0, int64_t r1, uint8_t* sec) {
@@ -327,40 +323,11 @@ size_t encode_impl(const typename Split<T>::word* v, int64_t n, uint8_t* out,
 
 // ---- header validation -------------------------------------------------------------
 
-Header check_header(const uint8_t* p, DType dtype, const Layout& L) {
+// The header's checks (lossless_validate.h), raising MalformedMessage.
+Header header_or_throw(const uint8_t* p, DType dtype, const Layout& L) {
   Header h;
-  std::memcpy(&h, p, kHeaderBytes);
-  if (h.magic != kMagic) bad("bad magic byte " + std::to_string(h.magic) + " (not a lossless message)");
-  if (h.version != kVersion)
-    bad("format version " + std::to_string(h.version) + ", this build reads version " +
-        std::to_string(kVersion) + " (all ranks must run the same dynamiq build)");
-  if (crc16(p, kHeaderBytes - 2) != h.check) bad("header checksum mismatch (corrupted header)");
-  if (h.dtype != uint8_t(dtype))
-    bad("message dtype " + std::to_string(h.dtype) + ", expected " + dtype_name(dtype));
-  if (int64_t(h.count) != L.n)
-    bad("message holds " + std::to_string(h.count) + " values, the plan expects " + std::to_string(L.n));
-  if (h.reserved != 0) bad("reserved header field is not zero");
-  if (h.format >= kNumFormats) bad("unknown exponent format " + std::to_string(h.format));
-  const int64_t d = h.dynamic_bytes;
-  if (d > L.plain_bytes)
-    bad("dynamic part of " + std::to_string(d) + " bytes exceeds its bound of " +
-        std::to_string(L.plain_bytes));
-  switch (ExpFormat(h.format)) {
-    case ExpFormat::kPlain:
-      if (d != L.plain_bytes)
-        bad("plain exponent section of " + std::to_string(d) + " bytes, expected " +
-            std::to_string(L.plain_bytes));
-      break;
-    case ExpFormat::kConst:
-      if (L.body == 0 || d != 1) bad("constant exponent section of " + std::to_string(d) + " bytes");
-      break;
-    case ExpFormat::kZip:
-      if (L.body == 0 || d < zip_section_bytes(L, 0)) bad("zip exponent section too short");
-      break;
-    case ExpFormat::kHuffman:
-      if (L.body == 0 || d < huff_header_bytes(L, 2)) bad("Huffman exponent section too short");
-      break;
-  }
+  const Fault f = check_header(p, dtype, L, h);
+  if (f.kind != FaultKind::kNone) throw MalformedMessage(lossless_fault_message(f, dtype));
   return h;
 }
 
@@ -656,13 +623,13 @@ void lossless_parse_parts(const uint8_t* header, const uint8_t* sec, size_t sec_
   check_count(n);
   const Layout L = make_layout(dtype, n);
   P.layout = L;
-  if (in_bytes < size_t(L.static_bytes))
-    bad("truncated message: " + std::to_string(in_bytes) + " bytes, the static part alone is " +
-        std::to_string(L.static_bytes));
-  const Header h = check_header(header, dtype, L);
+  auto refuse = [&](const Fault& f) {
+    if (f.kind != FaultKind::kNone) throw MalformedMessage(lossless_fault_message(f, dtype));
+  };
+  if (in_bytes < size_t(L.static_bytes)) refuse(fault(FaultKind::kTruncated, int64_t(in_bytes), L.static_bytes));
+  const Header h = header_or_throw(header, dtype, L);
   if (in_bytes != size_t(L.static_bytes) + h.dynamic_bytes)
-    bad("message of " + std::to_string(in_bytes) + " bytes, header announces " +
-        std::to_string(L.static_bytes + int64_t(h.dynamic_bytes)));
+    refuse(fault(FaultKind::kSize, int64_t(in_bytes), L.static_bytes + int64_t(h.dynamic_bytes)));
   // From here on nothing past min(dynamic_bytes, the largest prefix) is read (every read below
   // is bounded by dynamic_bytes and by a table of at most huff_header_bytes(L, 256) bytes).
   const size_t need = std::min<size_t>(h.dynamic_bytes, size_t(huff_header_bytes(L, 256)));
@@ -672,73 +639,78 @@ void lossless_parse_parts(const uint8_t* header, const uint8_t* sec, size_t sec_
   P.format = ExpFormat(h.format);
   P.dynamic_bytes = h.dynamic_bytes;
   P.seg_start.clear();
-  const int64_t d = h.dynamic_bytes, m = L.body, G = L.groups, S = L.segments;
-  const int alphabet = exp_alphabet(dtype);
-  switch (P.format) {
-    case ExpFormat::kPlain:
-      return;
-    case ExpFormat::kConst:
-      if (sec[0] >= alphabet) bad("constant exponent out of range");
-      P.constant = sec[0];
-      return;
-    case ExpFormat::kZip: {
-      P.zip_table[0] = 0;
-      for (int i = 0; i < kZipCodes; ++i) {
-        if (sec[i] >= alphabet) bad("zip table exponent out of range");
-        P.zip_table[i + 1] = sec[i];
-      }
-      if (sec[kZipCodes] != 0) bad("zip table padding is not zero");
-      const uint8_t* meta = sec + kZipTableBytes;
-      P.planes_offset = kZipTableBytes + 2 * S;
-      P.payload_offset = P.planes_offset + 3 * G;
-      P.payload_bytes = d - P.payload_offset;
-      P.seg_start.resize(size_t(S) + 1);
-      uint64_t pos = 0;
-      for (int64_t s = 0; s < S; ++s) {
-        P.seg_start[size_t(s)] = uint32_t(pos);
-        const uint32_t cnt = load_u16(meta + 2 * s);
-        if (cnt > uint32_t(segment_count(m, s))) bad("zip segment escape count out of range");
-        pos += cnt;
-      }
-      if (pos != uint64_t(P.payload_bytes)) bad("zip escape counts disagree with the escape list");
-      P.seg_start[size_t(S)] = uint32_t(pos);
-      return;
-    }
-    case ExpFormat::kHuffman: {
-      const int k = int(sec[0]) + 1;
-      if (k < 2 || k > alphabet) bad("Huffman table with " + std::to_string(k) + " symbols");
-      const int64_t hb = huff_header_bytes(L, k);
-      if (hb > d) bad("Huffman table larger than its section");
-      const uint8_t* sym = sec + 1;
-      const uint8_t* nib = sym + k;
-      uint8_t len[256];
-      uint32_t kraft = 0;
-      for (int i = 0; i < k; ++i) {
-        if (sym[i] >= alphabet) bad("Huffman symbol out of range");
-        if (i > 0 && sym[i] <= sym[i - 1]) bad("Huffman symbols not strictly increasing");
-        len[i] = uint8_t((nib[i / 2] >> (4 * (i & 1))) & 0xf);
-        if (len[i] < 1 || len[i] > kMaxCodeLen) bad("Huffman code length out of range");
-        kraft += 1u << (kMaxCodeLen - len[i]);
-      }
-      if ((k & 1) && (nib[k / 2] >> 4) != 0) bad("Huffman length padding is not zero");
-      if (kraft > uint32_t(kDecodeTableSize)) bad("Huffman code lengths are over-subscribed");
-      P.huff_table.resize(kDecodeTableSize);
-      huff_build_tables(k, sym, len, P.huff_table.data(), nullptr, nullptr);
-      const uint8_t* meta = sym + k + (k + 1) / 2;
-      P.payload_offset = hb;
-      P.payload_bytes = d - hb;
-      P.seg_start.resize(size_t(S) + 1);
-      uint64_t off = 0;
-      for (int64_t s = 0; s < S; ++s) {
-        P.seg_start[size_t(s)] = uint32_t(off);
-        off += load_u16(meta + 2 * s);
-        if (off > uint64_t(P.payload_bytes)) bad("Huffman segment lengths exceed the section");
-      }
-      if (off != uint64_t(P.payload_bytes)) bad("Huffman section longer than its segments");
-      P.seg_start[size_t(S)] = uint32_t(off);
-      return;
-    }
+  Tables t{};
+  refuse(check_tables(P.format, sec, h.dynamic_bytes, dtype, L, t));
+  P.constant = t.constant;
+  std::memcpy(P.zip_table, t.zip_table, sizeof(P.zip_table));
+  P.planes_offset = t.planes_offset;
+  P.payload_offset = t.payload_offset;
+  P.payload_bytes = t.payload_bytes;
+  if (P.format != ExpFormat::kZip && P.format != ExpFormat::kHuffman) return;
+  const int64_t S = L.segments;
+  const uint8_t* meta = sec + t.meta_offset;
+  P.seg_start.resize(size_t(S) + 1);
+  uint64_t pos = 0;
+  bool counts_ok = true;
+  for (int64_t s = 0; s < S; ++s) {
+    P.seg_start[size_t(s)] = uint32_t(pos);
+    const uint32_t cnt = load_u16(meta + 2 * s);
+    if (P.format == ExpFormat::kZip) counts_ok &= zip_count_ok(cnt, L.body, s);
+    pos += cnt;
   }
+  if (!counts_ok) refuse(fault(FaultKind::kZipCount));
+  refuse(check_segment_total(P.format, pos, P.payload_bytes));
+  P.seg_start[size_t(S)] = uint32_t(pos);
+  if (P.format == ExpFormat::kHuffman) {
+    P.huff_table.resize(kDecodeTableSize);
+    huff_build_tables(t.k, sec + 1, t.len, P.huff_table.data(), nullptr, nullptr);
+  }
+}
+
+std::string lossless_fault_message(const Fault& f, DType dtype) {
+  const auto num = [](int64_t v) { return std::to_string(v); };
+  std::string m;
+  switch (f.kind) {
+    case FaultKind::kNone: return "lossless: no fault (bug)";
+    case FaultKind::kTruncated:
+      m = "truncated message: " + num(f.a) + " bytes, the static part alone is " + num(f.b);
+      break;
+    case FaultKind::kMagic: m = "bad magic byte " + num(f.a) + " (not a lossless message)"; break;
+    case FaultKind::kVersion:
+      m = "format version " + num(f.a) + ", this build reads version " + num(kVersion) +
+          " (all ranks must run the same dynamiq build)";
+      break;
+    case FaultKind::kChecksum: m = "header checksum mismatch (corrupted header)"; break;
+    case FaultKind::kDtype: m = "message dtype " + num(f.a) + ", expected " + dtype_name(dtype); break;
+    case FaultKind::kCount: m = "message holds " + num(f.a) + " values, the plan expects " + num(f.b); break;
+    case FaultKind::kReserved: m = "reserved header field is not zero"; break;
+    case FaultKind::kFormat: m = "unknown exponent format " + num(f.a); break;
+    case FaultKind::kDynamicBound:
+      m = "dynamic part of " + num(f.a) + " bytes exceeds its bound of " + num(f.b);
+      break;
+    case FaultKind::kPlainSize: m = "plain exponent section of " + num(f.a) + " bytes, expected " + num(f.b); break;
+    case FaultKind::kConstSize: m = "constant exponent section of " + num(f.a) + " bytes"; break;
+    case FaultKind::kZipShort: m = "zip exponent section too short"; break;
+    case FaultKind::kHuffmanShort: m = "Huffman exponent section too short"; break;
+    case FaultKind::kSize: m = "message of " + num(f.a) + " bytes, header announces " + num(f.b); break;
+    case FaultKind::kConstRange: m = "constant exponent out of range"; break;
+    case FaultKind::kZipTableRange: m = "zip table exponent out of range"; break;
+    case FaultKind::kZipPadding: m = "zip table padding is not zero"; break;
+    case FaultKind::kZipCount: m = "zip segment escape count out of range"; break;
+    case FaultKind::kZipTotal: m = "zip escape counts disagree with the escape list"; break;
+    case FaultKind::kHuffmanSymbols: m = "Huffman table with " + num(f.a) + " symbols"; break;
+    case FaultKind::kHuffmanTableSize: m = "Huffman table larger than its section"; break;
+    case FaultKind::kHuffmanSymbolRange: m = "Huffman symbol out of range"; break;
+    case FaultKind::kHuffmanSymbolOrder: m = "Huffman symbols not strictly increasing"; break;
+    case FaultKind::kHuffmanLength: m = "Huffman code length out of range"; break;
+    case FaultKind::kHuffmanPadding: m = "Huffman length padding is not zero"; break;
+    case FaultKind::kHuffmanKraft: m = "Huffman code lengths are over-subscribed"; break;
+    case FaultKind::kHuffmanOver: m = "Huffman segment lengths exceed the section"; break;
+    case FaultKind::kHuffmanUnder: m = "Huffman section longer than its segments"; break;
+    case FaultKind::kCodes: m = "invalid exponent codes in a segment"; break;
+    default: m = "unknown fault " + num(int64_t(f.kind)); break;
+  }
+  return "lossless: " + m;
 }
 
 // ---- block-level API ----------------------------------------------------------------
@@ -763,7 +735,7 @@ size_t lossless_encode(const void* values, DType dtype, int64_t n, uint8_t* out,
 
 size_t lossless_dynamic_bytes(const uint8_t* static_part, DType dtype, int64_t n) {
   check_count(n);
-  return check_header(static_part, dtype, make_layout(dtype, n)).dynamic_bytes;
+  return header_or_throw(static_part, dtype, make_layout(dtype, n)).dynamic_bytes;
 }
 
 void lossless_decode(const uint8_t* in, size_t in_bytes, DType dtype, int64_t n, void* values) {

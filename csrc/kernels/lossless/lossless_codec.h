@@ -21,6 +21,7 @@
 #include "kernels/codec.h"
 #include "kernels/identity/identity_codec.h"
 #include "kernels/lossless/lossless_format.h"
+#include "kernels/lossless/lossless_validate.h"
 
 namespace dynamiq {
 
@@ -122,8 +123,8 @@ struct LosslessDecodePlan {
 // section decoders check.
 void lossless_parse(const uint8_t* msg, size_t bytes, DType dtype, int64_t n, LosslessDecodePlan& plan);
 
-// lossless_parse from the two places it reads, for a message held elsewhere
-// (the CUDA decode copies just these to the host): header = the message's
+// lossless_parse from the two places it reads, for a message held elsewhere:
+// header = the message's
 // first 16 bytes; sec = the first sec_bytes bytes of its dynamic part, where
 // sec_bytes >= min(in_bytes - static_bytes, lossless_parse_prefix_bytes)
 // (fewer: dynamiq::Error). in_bytes = the whole message's size. The checks,
@@ -134,6 +135,10 @@ void lossless_parse_parts(const uint8_t* header, const uint8_t* sec, size_t sec_
 // The most bytes of a dynamic part lossless_parse reads: the largest Huffman
 // table (1 + 256 + 128 bytes) + 2 bytes per 1024-exponent segment.
 size_t lossless_parse_prefix_bytes(DType dtype, int64_t n);
+
+// The MalformedMessage text of a refused message ("lossless: ..."): the
+// host parse's, and the CUDA decode's (whose device parse reports a Fault).
+std::string lossless_fault_message(const lossless::Fault& f, DType dtype);
 
 // ---- the codec --------------------------------------------------------------------
 

@@ -1,13 +1,14 @@
 // CUDA launchers of the lossless codec (cuda/lossless_kernels.cu): thin
 // kernels over the __host__ __device__ functions of lossless_format.h, one
 // thread per 8-value group (split, merge, plain planes) or per 1024-exponent
-// segment (ZipCCL codes with their escapes, Huffman streams). Format choice
-// and validation stay on the host (lossless_plan_encode, lossless_parse in
-// lossless_codec.h), so a GPU message is byte-identical to the CPU one.
+// segment (ZipCCL codes with their escapes, Huffman streams). The format
+// choice stays on the host (lossless_plan_encode in lossless_codec.h), so a
+// GPU message is byte-identical to the CPU one; a received message is
+// validated on the device by the host parse's own checks (lossless_validate.h).
 //
 // All pointers are device pointers. Functions enqueue on `stream`; those that
-// return a size or report malformed input synchronise it. CUDA failures raise
-// dynamiq::Error, invalid segments raise MalformedMessage.
+// return a size synchronise it. CUDA failures raise dynamiq::Error; the
+// decode records a malformed message on the device (lossless_decode_cuda).
 //
 // Status: compiled with nvcc in CI; bit-equality with the CPU path is asserted
 // by tests/cpp/cuda_lossless.cu, run in CI on the CPU emulation of CUDA
@@ -17,6 +18,7 @@
 #include <cuda_runtime_api.h>
 
 #include "kernels/lossless/lossless_codec.h"
+#include "kernels/lossless/lossless_validate.h"
 
 namespace dynamiq {
 
@@ -34,13 +36,37 @@ void lossless_histogram_cuda(const uint8_t* exps, int64_t m, unsigned long long*
 size_t lossless_encode_section_cuda(DType dtype, const LosslessEncodePlan& plan, const uint8_t* exps,
                                     uint8_t* msg, cudaStream_t stream);
 
-// exps <- the exponent section of a message parsed by lossless_parse.
-// Synchronises; MalformedMessage if a segment's codes are invalid.
-void lossless_decode_section_cuda(DType dtype, const LosslessDecodePlan& plan, const uint8_t* msg,
-                                  uint8_t* exps, cudaStream_t stream);
+// What the device parse of a received message found (parse_kernel): the
+// section decoders and the merge read it on the device.
+struct LosslessDevicePlan {
+  lossless::Fault fault{};  // the parse's refusal (kind kNone: parsed)
+  int32_t codes_bad = 0;   // set by the section decoders: a segment's codes are invalid
+  uint8_t format = 0;      // lossless::ExpFormat
+  uint8_t constant = 0;
+  uint8_t zip_table[8] = {};
+  int64_t planes_offset = 0, payload_offset = 0, payload_bytes = 0;
+};
 
-// values <- the static part's SM planes and tail merged with exps.
-void lossless_merge_cuda(DType dtype, const uint8_t* msg, const uint8_t* exps, int64_t n, void* values,
-                         cudaStream_t stream);
+// Device memory of lossless_decode_cuda, owned by the caller and reused
+// from call to call (in stream order).
+struct LosslessDecodeScratch {
+  LosslessDevicePlan* plan = nullptr;  // one
+  uint32_t* seg_start = nullptr;       // S + 1 (lossless::Layout::segments)
+  uint16_t* table = nullptr;           // lossless::kDecodeTableSize
+  uint8_t* exps = nullptr;             // body exponents (lossless::Layout::body)
+  lossless::Fault* fault = nullptr;    // the first refusal since the caller zeroed it
+};
+
+// values <- the n dtype values of the message at msg (in_bytes bytes), with
+// no host wait: the header and the section's tables are checked on the device
+// (lossless_validate.h, the host parse's checks), the per-segment sizes
+// scanned, the Huffman table built there, and the kernels read the payload in
+// place. A refused message -- by the parse, or by a segment's invalid codes --
+// leaves values untouched and, if *s.fault holds no refusal yet, is recorded
+// there (kind, numbers and dtype for lossless_fault_message). Reading
+// *s.fault is the caller's one wait (LosslessCudaCodec: once per collective,
+// in finish()).
+void lossless_decode_cuda(DType dtype, const uint8_t* msg, size_t in_bytes, int64_t n, void* values,
+                          const LosslessDecodeScratch& s, cudaStream_t stream);
 
 }  // namespace dynamiq

@@ -463,12 +463,10 @@ DQ_HD bool huff_decode_segment(const uint8_t* seg, uint32_t seg_bytes, uint64_t 
   return huff_reader_ok(r, seg_bytes);
 }
 
-// Fills the decode table from canonical code lengths. sym[i] strictly
-// increasing, len[i] in 1..kMaxCodeLen, Kraft sum <= 1 (checked by the
-// caller). Entries of an incomplete code's unused space stay 0 (invalid).
-// code_out/len_out (optional, indexed by symbol) receive the encoder table.
-inline void huff_build_tables(int k, const uint8_t* sym, const uint8_t* len, uint16_t* dtable,
-                              uint16_t* code_out, uint8_t* len_out) {
+// The canonical codes of k symbols with code lengths len[i] (1..kMaxCodeLen,
+// Kraft sum <= 1, checked by the caller), bit-reversed for the LSB-first
+// streams: within a length, codes ascend with the symbol's index.
+DQ_HD void huff_reversed_codes(int k, const uint8_t* len, uint16_t* rc) {
   int count[kMaxCodeLen + 1] = {0};
   for (int i = 0; i < k; ++i) ++count[len[i]];
   uint32_t next[kMaxCodeLen + 2] = {0};
@@ -477,19 +475,31 @@ inline void huff_build_tables(int k, const uint8_t* sym, const uint8_t* len, uin
     code = (code + uint32_t(count[l - 1])) << 1;
     next[l] = code;
   }
-  // next[1] = 0 (count[0] = 0); canonical: within a length, codes ascend with the symbol.
+  // next[1] = 0 (count[0] = 0)
+  for (int i = 0; i < k; ++i) rc[i] = uint16_t(reverse_bits(next[len[i]]++, len[i]));
+}
+
+// The decode-table entries of symbol `sym` with reversed code rc of length l:
+// every index whose low l bits are rc (prefix-free codes: disjoint sets).
+DQ_HD void huff_fill_entries(uint8_t sym, uint16_t rc, int l, uint16_t* dtable) {
+  const uint16_t entry = uint16_t(sym | (l << 8));
+  for (uint32_t j = rc; j < uint32_t(kDecodeTableSize); j += (1u << l)) dtable[j] = entry;
+}
+
+// Fills the decode table from canonical code lengths. sym[i] strictly
+// increasing, len[i] in 1..kMaxCodeLen, Kraft sum <= 1 (checked by the
+// caller). Entries of an incomplete code's unused space stay 0 (invalid).
+// code_out/len_out (optional, indexed by symbol) receive the encoder table.
+DQ_HD void huff_build_tables(int k, const uint8_t* sym, const uint8_t* len, uint16_t* dtable,
+                             uint16_t* code_out, uint8_t* len_out) {
+  uint16_t rc[256];
+  huff_reversed_codes(k, len, rc);
   if (dtable)
     for (int i = 0; i < kDecodeTableSize; ++i) dtable[i] = 0;
   for (int i = 0; i < k; ++i) {
-    const int l = len[i];
-    const uint32_t c = next[l]++;
-    const uint32_t rc = reverse_bits(c, l);
-    if (code_out) code_out[sym[i]] = uint16_t(rc);
-    if (len_out) len_out[sym[i]] = uint8_t(l);
-    if (dtable) {
-      const uint16_t entry = uint16_t(sym[i] | (l << 8));
-      for (uint32_t j = rc; j < uint32_t(kDecodeTableSize); j += (1u << l)) dtable[j] = entry;
-    }
+    if (code_out) code_out[sym[i]] = rc[i];
+    if (len_out) len_out[sym[i]] = len[i];
+    if (dtable) huff_fill_entries(sym[i], rc[i], len[i], dtable);
   }
 }
 

@@ -216,6 +216,12 @@ T atomicAdd(T* p, T v) {
   return old;
 }
 template <typename T>
+T atomicCAS(T* p, T compare, T v) {
+  const T old = *p;
+  if (old == compare) *p = v;
+  return old;
+}
+template <typename T>
 T atomicExch(T* p, T v) {
   const T old = *p;
   *p = v;

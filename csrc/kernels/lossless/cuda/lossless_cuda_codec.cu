@@ -12,7 +12,7 @@ namespace dynamiq {
 namespace cuda {
 namespace {
 
-enum Scratch : int { kExps = 0, kRaw = 1, kSum = 2, kHist = 3, kTables = 4 };
+enum Scratch : int { kExps = 0, kRaw = 1, kSum = 2, kHist = 3, kSegStart = 4 };
 
 int64_t count_of(const Plan& plan, const Block& b) {
   const int64_t e1 = std::min(b.w1 * plan.unit, plan.numel);
@@ -21,12 +21,35 @@ int64_t count_of(const Plan& plan, const Block& b) {
 
 }  // namespace
 
-// Variable-size messages, each call waits for its work itself: no wait in the base.
+// Host memory the codec reads from the device (page-locked, so a copy is a
+// DMA the stream orders): a received header, the encode's histogram, and the
+// first refusal of the decodes since the last finish().
+struct LosslessCudaCodec::HostRead {
+  uint8_t header[lossless::kHeaderBytes];
+  unsigned long long hist[256];
+  lossless::Fault fault;
+};
+
+// Variable-size messages: the encode waits for its histogram and its size;
+// the decode for nothing (its refusals are read once, in finish()).
 LosslessCudaCodec::LosslessCudaCodec(LosslessOptions opt, cudaStream_t stream)
-    : CudaCodec(stream, false, MessageSize::kVariable, opt), opt_(opt), id_(stream, false) {}
+    : CudaCodec(stream, false, MessageSize::kVariable, opt), opt_(opt), id_(stream, false) {
+  void* h = nullptr;
+  check_cuda(cudaHostAlloc(&h, sizeof(HostRead), cudaHostAllocPortable), "page-locked allocation");
+  host_read_ = static_cast<HostRead*>(h);
+  d_plan_ = static_cast<LosslessDevicePlan*>(device_alloc(sizeof(LosslessDevicePlan), stream_));
+  d_fault_ = static_cast<lossless::Fault*>(device_alloc(sizeof(lossless::Fault), stream_));
+  d_table_ = static_cast<uint16_t*>(device_alloc(lossless::kDecodeTableSize * sizeof(uint16_t), stream_));
+  check_cuda(cudaMemsetAsync(d_fault_, 0, sizeof(lossless::Fault), stream_), "fault");  // before any decode
+}
 
 LosslessCudaCodec::~LosslessCudaCodec() {
   for (uint8_t* p : scratch_) device_free(p, stream_);
+  device_free(d_plan_, stream_);
+  device_free(d_fault_, stream_);
+  device_free(d_table_, stream_);
+  cudaStreamSynchronize(stream_);  // the page-locked block may still be a queued copy's target
+  cudaFreeHost(host_read_);
 }
 
 uint8_t* LosslessCudaCodec::scratch(int k, size_t bytes) const {
@@ -42,10 +65,11 @@ uint8_t* LosslessCudaCodec::scratch(int k, size_t bytes) const {
 }
 
 size_t LosslessCudaCodec::dynamic_bytes(const uint8_t* static_part, const Plan& plan, const Block& b) const {
-  uint8_t header[lossless::kHeaderBytes];
-  check_cuda(cudaMemcpyAsync(header, static_part, sizeof(header), cudaMemcpyDeviceToHost, stream_), "header");
+  std::lock_guard<std::mutex> lock(read_mu_);
+  check_cuda(cudaMemcpyAsync(host_read_->header, static_part, lossless::kHeaderBytes, cudaMemcpyDeviceToHost, stream_),
+             "header");
   check_cuda(cudaStreamSynchronize(stream_), "header");
-  return host_.dynamic_bytes(header, plan, b);
+  return host_.dynamic_bytes(host_read_->header, plan, b);
 }
 
 size_t LosslessCudaCodec::encode(const void* values, DType dtype, int64_t n, uint8_t* out) const {
@@ -54,11 +78,14 @@ size_t LosslessCudaCodec::encode(const void* values, DType dtype, int64_t n, uin
   auto* hist = reinterpret_cast<unsigned long long*>(scratch(kHist, 256 * sizeof(unsigned long long)));
   lossless_split_cuda(dtype, values, n, out, exps, stream_);
   lossless_histogram_cuda(exps, L.body, hist, stream_);
-  unsigned long long h[256];
-  check_cuda(cudaMemcpyAsync(h, hist, sizeof(h), cudaMemcpyDeviceToHost, stream_), "histogram");
-  check_cuda(cudaStreamSynchronize(stream_), "histogram");
   uint64_t freq[256];
-  for (int i = 0; i < 256; ++i) freq[i] = h[i];
+  {
+    std::lock_guard<std::mutex> lock(read_mu_);
+    check_cuda(cudaMemcpyAsync(host_read_->hist, hist, sizeof(host_read_->hist), cudaMemcpyDeviceToHost, stream_),
+               "histogram");
+    check_cuda(cudaStreamSynchronize(stream_), "histogram");
+    for (int i = 0; i < 256; ++i) freq[i] = host_read_->hist[i];
+  }
   LosslessEncodePlan plan;
   lossless_plan_encode(dtype, n, freq, opt_, plan);
   const size_t dyn = lossless_encode_section_cuda(dtype, plan, exps, out, stream_);
@@ -69,38 +96,33 @@ size_t LosslessCudaCodec::encode(const void* values, DType dtype, int64_t n, uin
   return size_t(L.static_bytes) + dyn;
 }
 
-// What the host reads of a received message: its 16-byte header and the first
-// min(dynamic_bytes, lossless_parse_prefix_bytes) bytes of its dynamic part
-// (at most 385 bytes of table + 2 per 1024-value segment: the const exponent,
-// the ZipCCL table or the Huffman symbols and code lengths, and the
-// per-segment escape counts or stream sizes) -- what lossless_parse checks,
-// what sizes the launches and what builds the tables. Both are gathered on the
-// device into one scratch buffer and read with one D2H copy and one wait. The
-// SM planes, the zip code planes and escapes and the Huffman streams are read
-// in place by the kernels, which flag invalid codes; lossless_decode_section_cuda
-// reads that flag (4 bytes, the second and last wait). E.g. a 1 MiB bf16
-// message (n = 512K, S = 512): at most 16 + 385 + 1024 = 1425 bytes.
+// Parsed, checked and decoded on the device (lossless_decode_cuda): no copy
+// to the host, no wait. A refusal leaves `values` untouched and is recorded
+// in d_fault_, which finish() reads -- the collective's one wait for it.
 void LosslessCudaCodec::decode(const uint8_t* in, size_t in_bytes, DType dtype, int64_t n, void* values) const {
   const lossless::Layout L = lossless::make_layout(dtype, n);
-  if (in_bytes < size_t(L.static_bytes))  // before any copy: even the header may be missing
-    throw MalformedMessage("lossless: truncated message: " + std::to_string(in_bytes) +
-                           " bytes, the static part alone is " + std::to_string(L.static_bytes));
-  const size_t sec_bytes = std::min(in_bytes - size_t(L.static_bytes), lossless_parse_prefix_bytes(dtype, n));
-  const size_t hb = size_t(lossless::kHeaderBytes);
-  uint8_t* gather = scratch(kTables, hb + sec_bytes);
-  check_cuda(cudaMemcpyAsync(gather, in, hb, cudaMemcpyDeviceToDevice, stream_), "header");
-  if (sec_bytes)
-    check_cuda(cudaMemcpyAsync(gather + hb, in + L.static_bytes, sec_bytes, cudaMemcpyDeviceToDevice, stream_),
-               "section tables");
-  std::vector<uint8_t> host(hb + sec_bytes);
-  check_cuda(cudaMemcpyAsync(host.data(), gather, host.size(), cudaMemcpyDeviceToHost, stream_), "header and tables");
-  check_cuda(cudaStreamSynchronize(stream_), "header and tables");
-  LosslessDecodePlan P;
-  // validates; MalformedMessage
-  lossless_parse_parts(host.data(), host.data() + hb, sec_bytes, in_bytes, dtype, n, P);
-  uint8_t* exps = scratch(kExps, size_t(P.layout.body));
-  lossless_decode_section_cuda(dtype, P, in, exps, stream_);  // waits; MalformedMessage on bad codes
-  lossless_merge_cuda(dtype, in, exps, n, values, stream_);  // not waited for: stream order
+  LosslessDecodeScratch sc;
+  sc.plan = d_plan_;
+  sc.table = d_table_;
+  sc.fault = d_fault_;
+  sc.exps = scratch(kExps, size_t(L.body));
+  sc.seg_start = reinterpret_cast<uint32_t*>(scratch(kSegStart, size_t(L.segments + 1) * sizeof(uint32_t)));
+  lossless_decode_cuda(dtype, in, in_bytes, n, values, sc, stream_);
+  pending_ = true;
+}
+
+void LosslessCudaCodec::check_deferred() const {
+  if (!pending_) return;
+  pending_ = false;
+  std::lock_guard<std::mutex> lock(read_mu_);
+  check_cuda(cudaMemcpyAsync(&host_read_->fault, d_fault_, sizeof(lossless::Fault), cudaMemcpyDeviceToHost, stream_),
+             "finish");
+  check_cuda(cudaStreamSynchronize(stream_), "finish");
+  const lossless::Fault f = host_read_->fault;
+  if (f.kind != lossless::FaultKind::kNone) {
+    check_cuda(cudaMemsetAsync(d_fault_, 0, sizeof(lossless::Fault), stream_), "finish");
+    throw MalformedMessage(lossless_fault_message(f, DType(f.dtype)) + " (GPU decode)");
+  }
 }
 
 cudaError_t LosslessCudaCodec::run(CodecCall& c) const {

@@ -2,15 +2,18 @@
 // as DynamiqCudaCodec is for DynamiQ: the same two-part messages, bytes and
 // values as the CPU LosslessCodec (tests/cpp/cuda_collective.cu runs the
 // in-process all-reduce with both). The host takes part where the format
-// needs it: the exponent histogram and the encode plan, the announced size of
-// a received dynamic part (its 16-byte header is copied to the host), and the
-// parse of a received message: only its header and its section's tables
-// (<= 16 + 385 bytes + 2 per 1024-value segment) are copied to the host for
-// lossless_parse_parts, in one D2H copy; the kernels read the payload in place
-// (decode in the .cu says exactly what is read). So every call waits for its work. Sums and the mean's division are the identity
-// codec's (IdentityCudaCodec), as on the CPU. Status: compiled with nvcc in CI
-// and run there on the CPU emulation of CUDA (tests/cpp/cuda_emu); never on a GPU.
+// needs it: the exponent histogram and the encode plan (one wait), the size
+// of the section it wrote (one wait), and the announced size of a received
+// dynamic part (its 16-byte header is copied to the host). A received message
+// is parsed, checked and decoded on the device with no wait (lossless_decode_cuda);
+// a refusal raises MalformedMessage from finish(), once per collective, as
+// the bitsplit codec's. Host reads go through page-locked memory. Sums and the
+// mean's division are the identity codec's (IdentityCudaCodec), as on the CPU.
+// Status: compiled with nvcc in CI and run there on the CPU emulation of CUDA
+// (tests/cpp/cuda_emu); never on a GPU.
 #pragma once
+
+#include <mutex>
 
 #include "kernels/base/cuda/cuda_codec.h"
 #include "kernels/identity/cuda/identity_cuda_codec.h"
@@ -36,11 +39,21 @@ class LosslessCudaCodec final : public CudaCodec<LosslessCodec> {
   // values <- decode of a received message. Caller holds the lock.
   void decode(const uint8_t* in, size_t in_bytes, DType dtype, int64_t n, void* values) const;
 
+  void check_deferred() const override;
+
+  struct HostRead;
   LosslessOptions opt_;
   IdentityCudaCodec id_;
-  // exps, raw, sum, hist, tables (a received header + section tables, gathered for one D2H copy)
+  // exps, raw, sum, hist, seg_start (of the device parse)
   mutable uint8_t* scratch_[5] = {nullptr, nullptr, nullptr, nullptr, nullptr};
   mutable size_t scratch_bytes_[5] = {0, 0, 0, 0, 0};
+  // The device parse's plan and Huffman table, and the first refusal since finish().
+  LosslessDevicePlan* d_plan_ = nullptr;
+  lossless::Fault* d_fault_ = nullptr;
+  uint16_t* d_table_ = nullptr;
+  HostRead* host_read_ = nullptr;  // page-locked
+  mutable std::mutex read_mu_;     // host_read_ (dynamic_bytes runs outside the codec's lock)
+  mutable bool pending_ = false;   // a decode since the last finish()
 };
 
 }  // namespace cuda

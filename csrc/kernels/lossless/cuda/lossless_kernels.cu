@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "kernels/lossless/lossless_cuda.h"
+#include "kernels/lossless/lossless_validate.h"
 #include "kernels/base/cuda/cuda_memory.h"
 #include "kernels/base/cuda/launch.h"
 
@@ -19,10 +20,6 @@ void check(cudaError_t e, const char* what) { cuda::check(e, "lossless CUDA", wh
 constexpr int kThreads = 256;
 unsigned blocks_for(int64_t n) { return unsigned((n + kThreads - 1) / kThreads); }
 
-struct ZipTable {
-  uint8_t t[8];
-};
-
 // ---- kernels ---------------------------------------------------------------------
 
 template <DType T>
@@ -31,11 +28,6 @@ __global__ void split_kernel(const typename Split<T>::word* v, int64_t G, uint8_
   if (g < G) split_group<T>(v, g, G, sm, exps);
 }
 
-template <DType T>
-__global__ void merge_kernel(const uint8_t* sm, const uint8_t* exps, int64_t G, typename Split<T>::word* v) {
-  const int64_t g = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (g < G) merge_group<T>(sm, exps, g, G, v);
-}
 
 __global__ void histogram_kernel(const uint8_t* exps, int64_t m, unsigned long long* hist) {
   __shared__ unsigned int h[256];
@@ -53,10 +45,6 @@ __global__ void plain5_encode_kernel(const uint8_t* exps, int64_t G, uint8_t* pl
   if (g < G) plain5_encode_group(exps, g, G, planes);
 }
 
-__global__ void plain5_decode_kernel(const uint8_t* planes, int64_t G, uint8_t* exps) {
-  const int64_t g = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (g < G) plain5_decode_group(planes, g, G, exps);
-}
 
 // Escapes per segment (code 0 under code_of).
 __global__ void zip_count_kernel(const uint8_t* exps, int64_t body, int64_t S, const uint8_t* code_of,
@@ -80,18 +68,6 @@ __global__ void zip_encode_kernel(const uint8_t* exps, int64_t G, int64_t S, con
   store_u16(meta + 2 * s, uint16_t(pos - start[s]));
 }
 
-__global__ void zip_decode_kernel(const uint8_t* planes, const uint8_t* esc, int64_t G, int64_t S,
-                                  ZipTable table, const uint32_t* start, uint8_t* exps, int* error) {
-  const int64_t s = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (s >= S) return;
-  const int64_t g0 = s * (kSegment / kGroup);
-  const int64_t g1 = g0 + kSegment / kGroup < G ? g0 + kSegment / kGroup : G;
-  uint32_t pos = start[s];
-  const uint32_t end = start[s + 1];
-  bool ok = true;
-  for (int64_t g = g0; g < g1; ++g) ok &= zip_decode_group(planes, g, G, table.t, esc, &pos, end, exps);
-  if (!ok || pos != end) atomicExch(error, 1);
-}
 
 __global__ void huff_bytes_kernel(const uint8_t* exps, int64_t body, int64_t S, const uint8_t* len,
                                   uint32_t* bytes) {
@@ -110,18 +86,171 @@ __global__ void huff_encode_kernel(const uint8_t* exps, int64_t body, int64_t S,
   store_u16(meta + 2 * s, uint16_t(b));
 }
 
-__global__ void huff_decode_kernel(const uint8_t* streams, uint64_t total, int64_t body, int64_t S,
-                                   const uint16_t* table_g, const uint32_t* start, uint8_t* exps,
-                                   int* error) {
-  __shared__ uint16_t table[kDecodeTableSize];
-  for (int i = threadIdx.x; i < kDecodeTableSize; i += blockDim.x) table[i] = table_g[i];
+
+// ---- decode: parse, sections, merge (no host wait) -----------------------------------
+
+constexpr int kParseThreads = 256;
+
+// One block: the header and the tables (thread 0, lossless_validate.h), the
+// per-segment sizes scanned into seg_start by every thread, the Huffman decode
+// table built in parallel. Writes *P, whose fault says whether it parsed.
+__global__ void parse_kernel(DType dtype, const uint8_t* msg, uint64_t in_bytes, int64_t n,
+                             LosslessDevicePlan* P, uint32_t* seg_start, uint16_t* table) {
+  __shared__ Fault f;
+  __shared__ Tables t;
+  __shared__ uint8_t format;
+  __shared__ unsigned long long part[kParseThreads];
+  __shared__ int counts_bad;
+  __shared__ uint16_t rc[256];
+  const int tid = int(threadIdx.x);
+  const Layout L = make_layout(dtype, n);
+  const int64_t S = L.segments;
+  const uint8_t* sec = msg + L.static_bytes;
+  if (tid == 0) {
+    Header h{};
+    f = Fault{};
+    t = Tables{};
+    counts_bad = 0;
+    format = 0;
+    if (in_bytes < uint64_t(L.static_bytes)) f = fault(FaultKind::kTruncated, int64_t(in_bytes), L.static_bytes);
+    if (f.kind == FaultKind::kNone) f = check_header(msg, dtype, L, h);
+    if (f.kind == FaultKind::kNone && in_bytes != uint64_t(L.static_bytes) + h.dynamic_bytes)
+      f = fault(FaultKind::kSize, int64_t(in_bytes), L.static_bytes + int64_t(h.dynamic_bytes));
+    if (f.kind == FaultKind::kNone) {
+      format = h.format;
+      f = check_tables(ExpFormat(h.format), sec, h.dynamic_bytes, dtype, L, t);
+    }
+  }
   __syncthreads();
-  const int64_t s = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (s >= S) return;
-  const uint32_t b = start[s];
-  if (!huff_decode_segment(streams + b, start[s + 1] - b, total - b, segment_count(body, s), table,
-                           exps + s * kSegment))
-    atomicExch(error, 1);
+  const ExpFormat fmt = ExpFormat(format);
+  const bool scan = f.kind == FaultKind::kNone && (fmt == ExpFormat::kZip || fmt == ExpFormat::kHuffman);
+  if (scan) {  // uniform: every thread reads the same shared values
+    const uint8_t* meta = sec + t.meta_offset;
+    const int64_t chunk = (S + kParseThreads - 1) / kParseThreads;
+    const int64_t s0 = chunk * tid < S ? chunk * tid : S, s1 = s0 + chunk < S ? s0 + chunk : S;
+    unsigned long long sum = 0;
+    for (int64_t s = s0; s < s1; ++s) {
+      const uint32_t c = load_u16(meta + 2 * s);
+      if (fmt == ExpFormat::kZip && !zip_count_ok(c, L.body, s)) counts_bad = 1;
+      sum += c;
+    }
+    part[tid] = sum;
+    __syncthreads();
+    if (tid == 0) {
+      unsigned long long run = 0;
+      for (int i = 0; i < kParseThreads; ++i) {
+        const unsigned long long v = part[i];
+        part[i] = run;
+        run += v;
+      }
+      if (counts_bad) f = fault(FaultKind::kZipCount);
+      else f = check_segment_total(fmt, run, t.payload_bytes);
+      if (f.kind == FaultKind::kNone) {
+        seg_start[S] = uint32_t(run);  // <= payload_bytes < 2^32
+        if (fmt == ExpFormat::kHuffman) huff_reversed_codes(t.k, t.len, rc);
+      }
+    }
+    __syncthreads();
+    if (f.kind == FaultKind::kNone) {
+      unsigned long long pos = part[tid];
+      for (int64_t s = s0; s < s1; ++s) {
+        seg_start[s] = uint32_t(pos);
+        pos += load_u16(meta + 2 * s);
+      }
+      if (fmt == ExpFormat::kHuffman) {
+        for (int i = tid; i < kDecodeTableSize; i += kParseThreads) table[i] = 0;
+        __syncthreads();
+        for (int i = tid; i < t.k; i += kParseThreads) huff_fill_entries(sec[1 + i], rc[i], t.len[i], table);
+      }
+    }
+  }
+  if (tid == 0) {
+    LosslessDevicePlan p;
+    p.fault = f;
+    p.fault.dtype = int32_t(dtype);
+    p.format = format;
+    p.constant = t.constant;
+    for (int i = 0; i < 8; ++i) p.zip_table[i] = t.zip_table[i];
+    p.planes_offset = t.planes_offset;
+    p.payload_offset = t.payload_offset;
+    p.payload_bytes = t.payload_bytes;
+    *P = p;
+  }
+}
+
+// The body exponents of a parsed message's section: thread i decodes group i
+// (plain, const) or segment i (zip, Huffman). Nothing if the parse refused it.
+__global__ void section_kernel(DType dtype, LosslessDevicePlan* P, const uint8_t* sec, int64_t body,
+                               int64_t G, int64_t S, const uint32_t* start, const uint16_t* table_g,
+                               uint8_t* exps) {
+  __shared__ uint16_t table[kDecodeTableSize];
+  if (P->fault.kind != FaultKind::kNone) return;  // uniform
+  const ExpFormat fmt = ExpFormat(P->format);
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  switch (fmt) {
+    case ExpFormat::kPlain:
+      if (i >= G) return;
+      if (dtype == DType::kF16) plain5_decode_group(sec, i, G, exps);
+      else store_u64(exps + 8 * i, load_u64(sec + 8 * i));
+      return;
+    case ExpFormat::kConst:
+      if (i < G) store_u64(exps + 8 * i, 0x0101010101010101ull * P->constant);
+      return;
+    case ExpFormat::kZip: {
+      if (i >= S) return;
+      const uint8_t* planes = sec + P->planes_offset;
+      const uint8_t* esc = sec + P->payload_offset;
+      const int64_t g0 = i * (kSegment / kGroup);
+      const int64_t g1 = g0 + kSegment / kGroup < G ? g0 + kSegment / kGroup : G;
+      uint32_t pos = start[i];
+      const uint32_t end = start[i + 1];
+      bool ok = true;
+      for (int64_t g = g0; g < g1; ++g) ok &= zip_decode_group(planes, g, G, P->zip_table, esc, &pos, end, exps);
+      if (!ok || pos != end) atomicExch(&P->codes_bad, 1);
+      return;
+    }
+    case ExpFormat::kHuffman: {
+      if (int64_t(blockIdx.x) * blockDim.x >= S) return;  // uniform: a block past the segments
+      for (int j = threadIdx.x; j < kDecodeTableSize; j += blockDim.x) table[j] = table_g[j];
+      __syncthreads();
+      if (i >= S) return;
+      const uint8_t* streams = sec + P->payload_offset;
+      const uint32_t b = start[i];
+      if (!huff_decode_segment(streams + b, start[i + 1] - b, uint64_t(P->payload_bytes) - b,
+                               segment_count(body, i), table, exps + i * kSegment))
+        atomicExch(&P->codes_bad, 1);
+      return;
+    }
+  }
+}
+
+// values <- the SM planes and tail merged with the exponents; if the message
+// was refused, nothing, and thread 0 records the refusal in *first (if empty).
+template <DType T>
+__global__ void merge_kernel(LosslessDevicePlan* P, const uint8_t* msg, const uint8_t* exps, int64_t G,
+                             int64_t tail, int64_t tail_offset, typename Split<T>::word* v, Fault* first) {
+  using W = typename Split<T>::word;
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  Fault f = P->fault;
+  if (f.kind == FaultKind::kNone && P->codes_bad) {
+    const int32_t dt = f.dtype;
+    f = fault(FaultKind::kCodes);
+    f.dtype = dt;
+  }
+  if (f.kind != FaultKind::kNone) {
+    if (i == 0 && atomicCAS(reinterpret_cast<int32_t*>(&first->kind), 0, int32_t(f.kind)) == 0) {
+      first->dtype = f.dtype;
+      first->a = f.a;
+      first->b = f.b;
+    }
+    return;
+  }
+  if (i < G) merge_group<T>(msg + kHeaderBytes, exps, i, G, v);
+  if (i < tail) {
+    W w;
+    memcpy(&w, msg + tail_offset + i * int64_t(sizeof(W)), sizeof(W));
+    v[8 * G + i] = w;
+  }
 }
 
 template <typename T>
@@ -222,64 +351,25 @@ size_t lossless_encode_section_cuda(DType dtype, const LosslessEncodePlan& p, co
   throw Error("lossless CUDA: unknown format");
 }
 
-void lossless_decode_section_cuda(DType dtype, const LosslessDecodePlan& P, const uint8_t* msg,
-                                  uint8_t* exps, cudaStream_t stream) {
-  const Layout& L = P.layout;
-  const uint8_t* sec = msg + L.static_bytes;
-  const int64_t S = L.segments, G = L.groups;
-  cuda::DeviceArray<int> error(1, stream);
-  check(cudaMemsetAsync(error.p, 0, sizeof(int), stream), "error flag");
-  switch (P.format) {
-    case ExpFormat::kPlain:
-      if (dtype == DType::kF16) {
-        if (G) DQ_LAUNCH(plain5_decode_kernel, blocks_for(G), kThreads, 0, stream)(sec, G, exps);
-        check(cudaGetLastError(), "plain5 kernel");
-      } else if (L.body) {
-        check(cudaMemcpyAsync(exps, sec, size_t(L.body), cudaMemcpyDeviceToDevice, stream), "plain copy");
-      }
-      break;
-    case ExpFormat::kConst:
-      if (L.body) check(cudaMemsetAsync(exps, P.constant, size_t(L.body), stream), "const fill");
-      break;
-    case ExpFormat::kZip: {
-      cuda::DeviceArray<uint32_t> start(P.seg_start.size(), stream);
-      upload(start, P.seg_start.data(), P.seg_start.size(), stream);
-      ZipTable t;
-      for (int i = 0; i < 8; ++i) t.t[i] = P.zip_table[i];
-      DQ_LAUNCH(zip_decode_kernel, blocks_for(S), kThreads, 0, stream)(sec + P.planes_offset, sec + P.payload_offset, G,
-                                                               S, t, start.p, exps, error.p);
-      check(cudaGetLastError(), "zip decode kernel");
-      break;
-    }
-    case ExpFormat::kHuffman: {
-      cuda::DeviceArray<uint32_t> start(P.seg_start.size(), stream);
-      cuda::DeviceArray<uint16_t> table(P.huff_table.size(), stream);
-      upload(start, P.seg_start.data(), P.seg_start.size(), stream);
-      upload(table, P.huff_table.data(), P.huff_table.size(), stream);
-      DQ_LAUNCH(huff_decode_kernel, blocks_for(S), kThreads, 0, stream)(sec + P.payload_offset, uint64_t(P.payload_bytes),
-                                                                L.body, S, table.p, start.p, exps, error.p);
-      check(cudaGetLastError(), "huffman decode kernel");
-      break;
-    }
-  }
-  int h = 0;
-  check(cudaMemcpyAsync(&h, error.p, sizeof(int), cudaMemcpyDeviceToHost, stream), "error flag");
-  check(cudaStreamSynchronize(stream), "decode section");
-  if (h) throw MalformedMessage("lossless: invalid exponent codes in a segment (GPU decode)");
-}
-
-void lossless_merge_cuda(DType dtype, const uint8_t* msg, const uint8_t* exps, int64_t n, void* values,
-                         cudaStream_t stream) {
+void lossless_decode_cuda(DType dtype, const uint8_t* msg, size_t in_bytes, int64_t n, void* values,
+                          const LosslessDecodeScratch& sc, cudaStream_t stream) {
   const Layout L = make_layout(dtype, n);
+  DQ_LAUNCH(parse_kernel, 1, kParseThreads, 0, stream)(dtype, msg, uint64_t(in_bytes), n, sc.plan, sc.seg_start,
+                                                        sc.table);
+  check(cudaGetLastError(), "parse kernel");
+  if (L.groups) {
+    DQ_LAUNCH(section_kernel, blocks_for(L.groups), kThreads, 0, stream)(dtype, sc.plan, msg + L.static_bytes, L.body,
+                                                                         L.groups, L.segments, sc.seg_start, sc.table,
+                                                                         sc.exps);
+    check(cudaGetLastError(), "section kernel");
+  }
+  const int64_t threads = L.groups > L.tail ? L.groups : (L.tail > 0 ? L.tail : 1);
   DQ_DISPATCH_DTYPE(dtype, T, [&] {
     using W = typename Split<T>::word;
-    W* v = static_cast<W*>(values);
-    if (L.groups) DQ_LAUNCH(merge_kernel<T>, blocks_for(L.groups), kThreads, 0, stream)(msg + kHeaderBytes, exps, L.groups, v);
+    DQ_LAUNCH(merge_kernel<T>, blocks_for(threads), kThreads, 0, stream)(sc.plan, msg, sc.exps, L.groups, L.tail,
+                                                                          L.tail_offset, static_cast<W*>(values),
+                                                                          sc.fault);
     check(cudaGetLastError(), "merge kernel");
-    if (L.tail)
-      check(cudaMemcpyAsync(v + L.body, msg + L.tail_offset, size_t(L.tail) * sizeof(W),
-                            cudaMemcpyDeviceToDevice, stream),
-            "tail copy");
   });
 }
 
