@@ -166,6 +166,49 @@ TEST(CudaLosslessDecode, DecodeNeitherCopiesToTheHostNorWaitsFinishWaitsOnce) {
     EXPECT_EQ(waits[1], 1u);
   }
 }
+
+// The encode (compress) waits for its histogram (2 KiB, to plan the format)
+// and, for zip and Huffman, for the section's size (4 bytes: the per-segment
+// sizes are scanned on the device): no more copies or waits, and the message
+// is the CPU encoder's, byte for byte.
+TEST(CudaLosslessDecode, CompressWaitsForTheHistogramAndTheSectionSizeOnly) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  for (const Case& c : kCases) {
+    LosslessOptions opt;
+    opt.formats = c.formats;
+    const cuda::LosslessCudaCodec gpu(opt);
+    const int64_t n = (int64_t(1) << 18) / dtype_size(c.t) + 5;
+    SCOPED_TRACE(std::string(dtype_name(c.t)) + " " + lossless::exp_format_name(c.want));
+    const auto x = lossless_values(c.t, n, c.kind, 41);
+    const auto want = encode(x, c.t, n, c.formats);
+    ASSERT_EQ(lossless_format_of(want.data()), c.want);
+    const Plan plan = make_lossless_plan(c.t, n, 1);
+    Block b;
+    b.w1 = plan.num_units;
+    DevBuf dx(x.size()), dout(want.size() + 64);
+    ASSERT_EQ(cudaMemcpy(dx.p, x.data(), x.size(), cudaMemcpyHostToDevice), cudaSuccess);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    Local lx;
+    lx.bucket = dx.p;
+    dynamiq_cuda_emu::reset_copy_counts();
+    dynamiq_cuda_emu::set_api_log(true);
+    const size_t bytes = gpu.compress(lx, plan, b, RngCtx{}, dout.p);
+    const auto counts = dynamiq_cuda_emu::copy_counts();
+    size_t waits = 0;
+    for (const auto& call : dynamiq_cuda_emu::api_log())
+      waits += std::string(call.name).find("Synchronize") != std::string::npos;
+    dynamiq_cuda_emu::set_api_log(false);
+    const bool sized = c.want == ExpFormat::kZip || c.want == ExpFormat::kHuffman;
+    EXPECT_EQ(counts.d2h_copies, sized ? 2u : 1u);
+    EXPECT_EQ(counts.d2h_bytes, 256 * 8 + (sized ? 4u : 0u));
+    EXPECT_EQ(waits, sized ? 2u : 1u);
+    ASSERT_EQ(bytes, want.size());
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    std::vector<uint8_t> got(bytes);
+    ASSERT_EQ(cudaMemcpy(got.data(), dout.p, bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+    EXPECT_EQ(got, want);
+  }
+}
 #endif
 
 // A message corrupted so that the parse refuses it (header, sizes, tables,

@@ -31,8 +31,22 @@ void lossless_split_cuda(DType dtype, const void* values, int64_t n, uint8_t* ms
 void lossless_histogram_cuda(const uint8_t* exps, int64_t m, unsigned long long* hist,
                              cudaStream_t stream);
 
+// Device scratch of lossless_encode_section_cuda, owned by the caller and
+// reused from call to call (in stream order).
+struct LosslessEncodeScratch {
+  uint8_t* tables = nullptr;   // 1024 bytes: zip code_of[256] | Huffman lengths[256] | codes (uint16)[256]
+  uint32_t* sizes = nullptr;   // S: each segment's escapes / stream bytes
+  uint32_t* start = nullptr;   // S + 1: their exclusive prefix sums and total (scanned on the device)
+  uint32_t* total = nullptr;   // page-locked host memory the total is read into (null: a local)
+};
+
 // Writes the exponent section the plan chose at msg + static_bytes and
-// returns its size (the header's dynamic_bytes). Synchronises.
+// returns its size (the header's dynamic_bytes). Zip and Huffman: the
+// per-segment sizes are counted and scanned on the device and the section
+// written before the one wait, for its total (4 bytes).
+size_t lossless_encode_section_cuda(DType dtype, const LosslessEncodePlan& plan, const uint8_t* exps,
+                                    uint8_t* msg, const LosslessEncodeScratch& scratch, cudaStream_t stream);
+// The same with scratch allocated for the call.
 size_t lossless_encode_section_cuda(DType dtype, const LosslessEncodePlan& plan, const uint8_t* exps,
                                     uint8_t* msg, cudaStream_t stream);
 

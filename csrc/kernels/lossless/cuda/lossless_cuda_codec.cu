@@ -12,7 +12,7 @@ namespace dynamiq {
 namespace cuda {
 namespace {
 
-enum Scratch : int { kExps = 0, kRaw = 1, kSum = 2, kHist = 3, kSegStart = 4 };
+enum Scratch : int { kExps = 0, kRaw = 1, kSum = 2, kHist = 3, kSegStart = 4, kTables = 5, kSizes = 6, kStart = 7 };
 
 int64_t count_of(const Plan& plan, const Block& b) {
   const int64_t e1 = std::min(b.w1 * plan.unit, plan.numel);
@@ -27,6 +27,7 @@ int64_t count_of(const Plan& plan, const Block& b) {
 struct LosslessCudaCodec::HostRead {
   uint8_t header[lossless::kHeaderBytes];
   unsigned long long hist[256];
+  uint32_t total;  // an encoded section's per-segment total
   lossless::Fault fault;
 };
 
@@ -88,7 +89,16 @@ size_t LosslessCudaCodec::encode(const void* values, DType dtype, int64_t n, uin
   }
   LosslessEncodePlan plan;
   lossless_plan_encode(dtype, n, freq, opt_, plan);
-  const size_t dyn = lossless_encode_section_cuda(dtype, plan, exps, out, stream_);
+  LosslessEncodeScratch sc;
+  sc.tables = scratch(kTables, 1024);
+  sc.sizes = reinterpret_cast<uint32_t*>(scratch(kSizes, size_t(L.segments + 1) * sizeof(uint32_t)));
+  sc.start = reinterpret_cast<uint32_t*>(scratch(kStart, size_t(L.segments + 1) * sizeof(uint32_t)));
+  sc.total = &host_read_->total;
+  size_t dyn;
+  {
+    std::lock_guard<std::mutex> lock(read_mu_);
+    dyn = lossless_encode_section_cuda(dtype, plan, exps, out, sc, stream_);
+  }
   uint8_t header[lossless::kHeaderBytes];
   lossless_write_header(header, dtype, n, plan.format, uint32_t(dyn));
   // (from pageable memory: read at the call; ordered before what reads the message)

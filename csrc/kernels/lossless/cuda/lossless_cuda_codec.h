@@ -3,7 +3,7 @@
 // values as the CPU LosslessCodec (tests/cpp/cuda_collective.cu runs the
 // in-process all-reduce with both). The host takes part where the format
 // needs it: the exponent histogram and the encode plan (one wait), the size
-// of the section it wrote (one wait), and the announced size of a received
+// of the section it wrote (zip, Huffman: one more wait, for 4 bytes), and the announced size of a received
 // dynamic part (its 16-byte header is copied to the host). A received message
 // is parsed, checked and decoded on the device with no wait (lossless_decode_cuda);
 // a refusal raises MalformedMessage from finish(), once per collective, as
@@ -44,9 +44,9 @@ class LosslessCudaCodec final : public CudaCodec<LosslessCodec> {
   struct HostRead;
   LosslessOptions opt_;
   IdentityCudaCodec id_;
-  // exps, raw, sum, hist, seg_start (of the device parse)
-  mutable uint8_t* scratch_[5] = {nullptr, nullptr, nullptr, nullptr, nullptr};
-  mutable size_t scratch_bytes_[5] = {0, 0, 0, 0, 0};
+  // exps, raw, sum, hist, seg_start (of the device parse), the encode's tables, sizes and starts
+  mutable uint8_t* scratch_[8] = {};
+  mutable size_t scratch_bytes_[8] = {};
   // The device parse's plan and Huffman table, and the first refusal since finish().
   LosslessDevicePlan* d_plan_ = nullptr;
   lossless::Fault* d_fault_ = nullptr;

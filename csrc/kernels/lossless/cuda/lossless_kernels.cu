@@ -76,30 +76,72 @@ __global__ void huff_bytes_kernel(const uint8_t* exps, int64_t body, int64_t S, 
   bytes[s] = uint32_t((huff_segment_bits(exps + s * kSegment, segment_count(body, s), len) + 7) / 8);
 }
 
+// A segment whose stream would end past `limit` (the plan's bound on the
+// streams: exceeding it is a bug the host reports) writes nothing.
 __global__ void huff_encode_kernel(const uint8_t* exps, int64_t body, int64_t S, const uint16_t* code,
-                                   const uint8_t* len, const uint32_t* start, uint8_t* meta,
+                                   const uint8_t* len, const uint32_t* start, uint64_t limit, uint8_t* meta,
                                    uint8_t* streams) {
   const int64_t s = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (s >= S) return;
+  if (s >= S || start[s + 1] > limit) return;
   const uint32_t b =
       huff_encode_segment(exps + s * kSegment, segment_count(body, s), code, len, streams + start[s]);
   store_u16(meta + 2 * s, uint16_t(b));
 }
 
 
-// ---- decode: parse, sections, merge (no host wait) -----------------------------------
+// ---- one-block scan; decode: parse, sections, merge (no host wait) -------------------
 
-constexpr int kParseThreads = 256;
+constexpr int kParseThreads = 256;  // the one block of the parse and of the encode's scan
+
+// start[0..S) <- the exclusive prefix sums of value(0..S), start[S] <- their
+// total (truncated to 32 bits; the total itself is returned to every
+// thread). Every thread of a block of kParseThreads calls it (it holds
+// barriers); part: kParseThreads + 1 shared counters.
+template <class F>
+__device__ unsigned long long block_scan(int64_t S, const F& value, uint32_t* start, unsigned long long* part) {
+  const int tid = int(threadIdx.x);
+  const int64_t chunk = (S + kParseThreads - 1) / kParseThreads;
+  const int64_t s0 = chunk * tid < S ? chunk * tid : S, s1 = s0 + chunk < S ? s0 + chunk : S;
+  unsigned long long sum = 0;
+  for (int64_t s = s0; s < s1; ++s) sum += value(s);
+  part[tid] = sum;
+  __syncthreads();
+  if (tid == 0) {
+    unsigned long long run = 0;
+    for (int i = 0; i < kParseThreads; ++i) {
+      const unsigned long long v = part[i];
+      part[i] = run;
+      run += v;
+    }
+    part[kParseThreads] = run;
+    start[S] = uint32_t(run);
+  }
+  __syncthreads();
+  unsigned long long pos = part[tid];
+  for (int64_t s = s0; s < s1; ++s) {
+    start[s] = uint32_t(pos);
+    pos += value(s);
+  }
+  const unsigned long long total = part[kParseThreads];
+  __syncthreads();  // part is free again
+  return total;
+}
 
 // One block: the header and the tables (thread 0, lossless_validate.h), the
 // per-segment sizes scanned into seg_start by every thread, the Huffman decode
+// start[0..S] <- the exclusive prefix sums of sizes[0..S) and their total. One block.
+__global__ void scan_kernel(const uint32_t* sizes, int64_t S, uint32_t* start) {
+  __shared__ unsigned long long part[kParseThreads + 1];
+  block_scan(S, [&](int64_t s) -> uint32_t { return sizes[s]; }, start, part);
+}
+
 // table built in parallel. Writes *P, whose fault says whether it parsed.
 __global__ void parse_kernel(DType dtype, const uint8_t* msg, uint64_t in_bytes, int64_t n,
                              LosslessDevicePlan* P, uint32_t* seg_start, uint16_t* table) {
   __shared__ Fault f;
   __shared__ Tables t;
   __shared__ uint8_t format;
-  __shared__ unsigned long long part[kParseThreads];
+  __shared__ unsigned long long part[kParseThreads + 1];
   __shared__ int counts_bad;
   __shared__ uint16_t rc[256];
   const int tid = int(threadIdx.x);
@@ -126,42 +168,25 @@ __global__ void parse_kernel(DType dtype, const uint8_t* msg, uint64_t in_bytes,
   const bool scan = f.kind == FaultKind::kNone && (fmt == ExpFormat::kZip || fmt == ExpFormat::kHuffman);
   if (scan) {  // uniform: every thread reads the same shared values
     const uint8_t* meta = sec + t.meta_offset;
-    const int64_t chunk = (S + kParseThreads - 1) / kParseThreads;
-    const int64_t s0 = chunk * tid < S ? chunk * tid : S, s1 = s0 + chunk < S ? s0 + chunk : S;
-    unsigned long long sum = 0;
-    for (int64_t s = s0; s < s1; ++s) {
-      const uint32_t c = load_u16(meta + 2 * s);
-      if (fmt == ExpFormat::kZip && !zip_count_ok(c, L.body, s)) counts_bad = 1;
-      sum += c;
-    }
-    part[tid] = sum;
-    __syncthreads();
+    const bool zip = fmt == ExpFormat::kZip;
+    const unsigned long long total = block_scan(
+        S,
+        [&](int64_t s) -> uint32_t {
+          const uint32_t c = load_u16(meta + 2 * s);
+          if (zip && !zip_count_ok(c, L.body, s)) counts_bad = 1;
+          return c;
+        },
+        seg_start, part);
     if (tid == 0) {
-      unsigned long long run = 0;
-      for (int i = 0; i < kParseThreads; ++i) {
-        const unsigned long long v = part[i];
-        part[i] = run;
-        run += v;
-      }
-      if (counts_bad) f = fault(FaultKind::kZipCount);
-      else f = check_segment_total(fmt, run, t.payload_bytes);
-      if (f.kind == FaultKind::kNone) {
-        seg_start[S] = uint32_t(run);  // <= payload_bytes < 2^32
-        if (fmt == ExpFormat::kHuffman) huff_reversed_codes(t.k, t.len, rc);
-      }
+      // (seg_start is read only if this passes: a refused total may have wrapped it)
+      f = counts_bad ? fault(FaultKind::kZipCount) : check_segment_total(fmt, total, t.payload_bytes);
+      if (f.kind == FaultKind::kNone && !zip) huff_reversed_codes(t.k, t.len, rc);
     }
     __syncthreads();
-    if (f.kind == FaultKind::kNone) {
-      unsigned long long pos = part[tid];
-      for (int64_t s = s0; s < s1; ++s) {
-        seg_start[s] = uint32_t(pos);
-        pos += load_u16(meta + 2 * s);
-      }
-      if (fmt == ExpFormat::kHuffman) {
-        for (int i = tid; i < kDecodeTableSize; i += kParseThreads) table[i] = 0;
-        __syncthreads();
-        for (int i = tid; i < t.k; i += kParseThreads) huff_fill_entries(sec[1 + i], rc[i], t.len[i], table);
-      }
+    if (f.kind == FaultKind::kNone && !zip) {
+      for (int i = tid; i < kDecodeTableSize; i += kParseThreads) table[i] = 0;
+      __syncthreads();
+      for (int i = tid; i < t.k; i += kParseThreads) huff_fill_entries(sec[1 + i], rc[i], t.len[i], table);
     }
   }
   if (tid == 0) {
@@ -253,15 +278,13 @@ __global__ void merge_kernel(LosslessDevicePlan* P, const uint8_t* msg, const ui
   }
 }
 
-template <typename T>
-void upload(cuda::DeviceArray<T>& d, const T* h, size_t n, cudaStream_t stream) {
-  if (n) check(cudaMemcpyAsync(d.p, h, n * sizeof(T), cudaMemcpyHostToDevice, stream), "upload");
-}
-
-std::vector<uint32_t> exclusive_scan(const std::vector<uint32_t>& v) {
-  std::vector<uint32_t> out(v.size() + 1, 0);
-  for (size_t i = 0; i < v.size(); ++i) out[i + 1] = out[i] + v[i];
-  return out;
+// The total start[S] the scan wrote: the host's wait for the section's size.
+uint32_t read_total(const LosslessEncodeScratch& sc, int64_t S, cudaStream_t stream) {
+  uint32_t local = 0;
+  uint32_t* host = sc.total ? sc.total : &local;
+  check(cudaMemcpyAsync(host, sc.start + S, sizeof(uint32_t), cudaMemcpyDeviceToHost, stream), "section size");
+  check(cudaStreamSynchronize(stream), "section size");
+  return *host;
 }
 
 }  // namespace
@@ -289,8 +312,9 @@ void lossless_histogram_cuda(const uint8_t* exps, int64_t m, unsigned long long*
   check(cudaGetLastError(), "histogram kernel");
 }
 
+
 size_t lossless_encode_section_cuda(DType dtype, const LosslessEncodePlan& p, const uint8_t* exps,
-                                    uint8_t* msg, cudaStream_t stream) {
+                                    uint8_t* msg, const LosslessEncodeScratch& sc, cudaStream_t stream) {
   const Layout& L = p.layout;
   uint8_t* sec = msg + L.static_bytes;
   const int64_t S = L.segments, G = L.groups;
@@ -307,48 +331,55 @@ size_t lossless_encode_section_cuda(DType dtype, const LosslessEncodePlan& p, co
       check(cudaMemsetAsync(sec, p.syms[0], 1, stream), "const section");
       return 1;
     case ExpFormat::kZip: {
-      cuda::DeviceArray<uint8_t> code_of(256, stream);
-      cuda::DeviceArray<uint32_t> counts{static_cast<size_t>(S), stream}, start{static_cast<size_t>(S) + 1, stream};
-      upload(code_of, p.zip_code_of, 256, stream);
-      DQ_LAUNCH(zip_count_kernel, blocks_for(S), kThreads, 0, stream)(exps, L.body, S, code_of.p, counts.p);
+      uint8_t* code_of = sc.tables;
+      check(cudaMemcpyAsync(code_of, p.zip_code_of, 256, cudaMemcpyHostToDevice, stream), "zip codes");
+      DQ_LAUNCH(zip_count_kernel, blocks_for(S), kThreads, 0, stream)(exps, L.body, S, code_of, sc.sizes);
       check(cudaGetLastError(), "zip count kernel");
-      std::vector<uint32_t> h(static_cast<size_t>(S));
-      check(cudaMemcpyAsync(h.data(), counts.p, size_t(S) * 4, cudaMemcpyDeviceToHost, stream), "zip counts");
-      check(cudaStreamSynchronize(stream), "zip counts");
-      const std::vector<uint32_t> st = exclusive_scan(h);
-      upload(start, st.data(), st.size(), stream);
+      DQ_LAUNCH(scan_kernel, 1, kParseThreads, 0, stream)(sc.sizes, S, sc.start);
+      check(cudaGetLastError(), "scan kernel");
       uint8_t* meta = sec + kZipTableBytes;
       uint8_t* planes = meta + 2 * S;
       uint8_t* esc = planes + 3 * G;
       check(cudaMemcpyAsync(sec, p.prefix, kZipTableBytes, cudaMemcpyHostToDevice, stream), "zip table");
-      DQ_LAUNCH(zip_encode_kernel, blocks_for(S), kThreads, 0, stream)(exps, G, S, code_of.p, start.p, meta, planes, esc);
+      DQ_LAUNCH(zip_encode_kernel, blocks_for(S), kThreads, 0, stream)(exps, G, S, code_of, sc.start, meta, planes,
+                                                                        esc);
       check(cudaGetLastError(), "zip encode kernel");
-      return size_t(kZipTableBytes + 2 * S + 3 * G + int64_t(st.back()));
+      return size_t(kZipTableBytes + 2 * S + 3 * G + int64_t(read_total(sc, S, stream)));
     }
     case ExpFormat::kHuffman: {
-      cuda::DeviceArray<uint16_t> code(256, stream);
-      cuda::DeviceArray<uint8_t> len(256, stream);
-      cuda::DeviceArray<uint32_t> bytes{static_cast<size_t>(S), stream}, start{static_cast<size_t>(S) + 1, stream};
-      upload(code, p.huff_code, 256, stream);
-      upload(len, p.huff_len, 256, stream);
-      DQ_LAUNCH(huff_bytes_kernel, blocks_for(S), kThreads, 0, stream)(exps, L.body, S, len.p, bytes.p);
+      uint8_t* len = sc.tables + 256;
+      auto* code = reinterpret_cast<uint16_t*>(sc.tables + 512);
+      check(cudaMemcpyAsync(code, p.huff_code, 256 * sizeof(uint16_t), cudaMemcpyHostToDevice, stream), "codes");
+      check(cudaMemcpyAsync(len, p.huff_len, 256, cudaMemcpyHostToDevice, stream), "code lengths");
+      DQ_LAUNCH(huff_bytes_kernel, blocks_for(S), kThreads, 0, stream)(exps, L.body, S, len, sc.sizes);
       check(cudaGetLastError(), "huffman size kernel");
-      std::vector<uint32_t> h(static_cast<size_t>(S));
-      check(cudaMemcpyAsync(h.data(), bytes.p, size_t(S) * 4, cudaMemcpyDeviceToHost, stream), "huffman sizes");
-      check(cudaStreamSynchronize(stream), "huffman sizes");
-      const std::vector<uint32_t> st = exclusive_scan(h);
-      const int64_t size = p.prefix_bytes + 2 * S + int64_t(st.back());
-      if (size > p.section_bytes) throw Error("lossless CUDA: Huffman section exceeded its bound (bug)");
-      upload(start, st.data(), st.size(), stream);
+      DQ_LAUNCH(scan_kernel, 1, kParseThreads, 0, stream)(sc.sizes, S, sc.start);
+      check(cudaGetLastError(), "scan kernel");
       check(cudaMemcpyAsync(sec, p.prefix, size_t(p.prefix_bytes), cudaMemcpyHostToDevice, stream), "huffman table");
       uint8_t* meta = sec + p.prefix_bytes;
-      DQ_LAUNCH(huff_encode_kernel, blocks_for(S), kThreads, 0, stream)(exps, L.body, S, code.p, len.p, start.p, meta,
-                                                                meta + 2 * S);
+      const int64_t limit = p.section_bytes - p.prefix_bytes - 2 * S;
+      DQ_LAUNCH(huff_encode_kernel, blocks_for(S), kThreads, 0, stream)(exps, L.body, S, code, len, sc.start,
+                                                                         uint64_t(limit > 0 ? limit : 0), meta,
+                                                                         meta + 2 * S);
       check(cudaGetLastError(), "huffman encode kernel");
+      const int64_t size = p.prefix_bytes + 2 * S + int64_t(read_total(sc, S, stream));
+      if (size > p.section_bytes) throw Error("lossless CUDA: Huffman section exceeded its bound (bug)");
       return size_t(size);
     }
   }
   throw Error("lossless CUDA: unknown format");
+}
+
+size_t lossless_encode_section_cuda(DType dtype, const LosslessEncodePlan& p, const uint8_t* exps,
+                                    uint8_t* msg, cudaStream_t stream) {
+  const int64_t S = p.layout.segments;
+  cuda::DeviceArray<uint8_t> tables(1024, stream);
+  cuda::DeviceArray<uint32_t> sizes{static_cast<size_t>(S) + 1, stream}, start{static_cast<size_t>(S) + 1, stream};
+  LosslessEncodeScratch sc;
+  sc.tables = tables.p;
+  sc.sizes = sizes.p;
+  sc.start = start.p;
+  return lossless_encode_section_cuda(dtype, p, exps, msg, sc, stream);
 }
 
 void lossless_decode_cuda(DType dtype, const uint8_t* msg, size_t in_bytes, int64_t n, void* values,
