@@ -36,6 +36,12 @@ import torch
 import torch.distributed as dist
 from torch.distributed.fsdp._fully_shard import _fsdp_api
 
+if not (hasattr(_fsdp_api, "ReduceScatter") and hasattr(_fsdp_api, "AllGather")):
+    # (an ImportError, not the AttributeError of the class statements below: code that
+    # imports what it can, multiprocessing's fork-server preload among it, skips it)
+    raise ImportError(f"dynamiq.fsdp needs FSDP2's custom collectives (torch.distributed.fsdp._fully_shard."
+                      f"_fsdp_api.ReduceScatter and AllGather); torch {torch.__version__} does not have them")
+
 from ._groups import _not_a_member, resolve_group
 from ._worker import worker_for
 from .api import (SUPPORTED_DTYPES, DynamiqError, comm_device, ready_event, run_collective, run_sharded,

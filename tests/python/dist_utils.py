@@ -34,8 +34,7 @@ class RankFailure(AssertionError):
 
 
 # torch.distributed.fsdp (and torch._dynamo, which it imports) cost ~4 s per rank to import: the FSDP2 tests
-# (forkserver_preload imports each of them on its own: one that fails must not take the server down)
-_PRELOAD = ["forkserver_preload"]
+_PRELOAD = ["torch", "torch.distributed", "numpy", "dynamiq", "dist_utils", "torch.distributed.fsdp", "dynamiq.fsdp"]
 _context = None
 
 

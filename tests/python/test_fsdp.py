@@ -204,3 +204,19 @@ def test_hsdp_replicate_hook():
     for mode in ("none", "dynamiq"):
         for a, b in ((0, 2), (1, 3)):
             assert all(torch.equal(x, y) for x, y in zip(res[a][mode][1], res[b][mode][1])), (mode, a, b)
+
+
+def test_fsdp_without_torchs_custom_collectives_is_an_import_error(monkeypatch):
+    """On a torch whose FSDP2 lacks the custom-collective API, importing dynamiq.fsdp raises
+    ImportError naming what is missing (not an AttributeError from a class statement: the
+    fork server of these tests, like other import-what-you-can code, survives only an
+    ImportError in a preloaded module)."""
+    import importlib
+    import sys
+
+    from torch.distributed.fsdp._fully_shard import _fsdp_api
+
+    monkeypatch.delattr(_fsdp_api, "ReduceScatter")
+    monkeypatch.delitem(sys.modules, "dynamiq.fsdp", raising=False)
+    with pytest.raises(ImportError, match=r"dynamiq.fsdp needs FSDP2's custom collectives .*ReduceScatter"):
+        importlib.import_module("dynamiq.fsdp")
