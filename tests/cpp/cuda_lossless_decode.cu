@@ -80,6 +80,30 @@ std::vector<uint8_t> gpu_decode(const cuda::LosslessCudaCodec& gpu, const std::v
   return out;
 }
 
+// The codec's fused hop (decompress, add the local values x, recompress) on msg;
+// returns the MalformedMessage text the hop call itself raised ("" if none),
+// and checks that finish() then has nothing left to raise.
+std::string gpu_hop(const cuda::LosslessCudaCodec& gpu, const std::vector<uint8_t>& msg,
+                    const std::vector<uint8_t>& x, DType t, int64_t n) {
+  const Plan plan = make_lossless_plan(t, n, 1);
+  Block b;
+  b.w1 = plan.num_units;
+  DevBuf din(msg.size()), dx(x.size()), dout(lossless_static_bytes(t, n) + lossless_max_dynamic_bytes(t, n));
+  EXPECT_EQ(cudaMemcpy(din.p, msg.data(), msg.size(), cudaMemcpyHostToDevice), cudaSuccess);
+  EXPECT_EQ(cudaMemcpy(dx.p, x.data(), x.size(), cudaMemcpyHostToDevice), cudaSuccess);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  Local lx;
+  lx.bucket = dx.p;
+  std::string what;
+  try {
+    gpu.decompress_accumulate_recompress(din.p, msg.size(), lx, plan, b, RngCtx{}, dout.p);
+  } catch (const MalformedMessage& e) {
+    what = e.what();
+  }
+  EXPECT_NO_THROW(gpu.finish()) << "the hop's refusal must not be raised twice";
+  return what;
+}
+
 // The MalformedMessage text of a call ("" if it did not raise one).
 std::string refusal(const std::function<void()>& f) {
   try {
@@ -213,7 +237,8 @@ TEST(CudaLosslessDecode, CompressWaitsForTheHistogramAndTheSectionSizeOnly) {
 
 // A message corrupted so that the parse refuses it (header, sizes, tables,
 // per-segment sizes) or the kernels do (codes): the device path raises
-// MalformedMessage as the CPU decoder does, and writes nothing.
+// MalformedMessage as the CPU decoder does, and writes nothing; a fused hop
+// raises from the call itself.
 TEST(CudaLosslessDecode, MalformedMessagesAreRefusedOnTheDevicePath) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
   const cuda::LosslessCudaCodec gpu;
@@ -289,7 +314,10 @@ TEST(CudaLosslessDecode, MalformedMessagesAreRefusedOnTheDevicePath) {
     const std::string cpu = refusal([&] { lossless_decode(b.msg.data(), b.msg.size(), t, n, y.data()); });
     ASSERT_FALSE(cpu.empty());
     EXPECT_EQ(refusal([&] { gpu_decode(gpu, b.msg, t, n); }), gpu_words(cpu));
+    // a fused hop raises at once, in its encode's wait: nothing is forwarded
+    EXPECT_EQ(gpu_hop(gpu, b.msg, x, t, n), gpu_words(cpu));
   }
+  EXPECT_EQ(gpu_hop(gpu, huff, x, t, n), "");
   // and the codec still decodes a good message afterwards
   EXPECT_EQ(gpu_decode(gpu, huff, t, n), x);
 }

@@ -84,7 +84,15 @@ size_t LosslessCudaCodec::encode(const void* values, DType dtype, int64_t n, uin
     std::lock_guard<std::mutex> lock(read_mu_);
     check_cuda(cudaMemcpyAsync(host_read_->hist, hist, sizeof(host_read_->hist), cudaMemcpyDeviceToHost, stream_),
                "histogram");
+    // The decodes' refusals so far, in the same wait: a fused hop raises before it forwards
+    // what a refused message decoded to (the decode's own wait would cost one per message).
+    const bool refusals = pending_;
+    if (refusals)
+      check_cuda(cudaMemcpyAsync(&host_read_->fault, d_fault_, sizeof(lossless::Fault), cudaMemcpyDeviceToHost,
+                                 stream_),
+                 "histogram");
     check_cuda(cudaStreamSynchronize(stream_), "histogram");
+    if (refusals) raise_if_refused();
     for (int i = 0; i < 256; ++i) freq[i] = host_read_->hist[i];
   }
   LosslessEncodePlan plan;
@@ -108,7 +116,8 @@ size_t LosslessCudaCodec::encode(const void* values, DType dtype, int64_t n, uin
 
 // Parsed, checked and decoded on the device (lossless_decode_cuda): no copy
 // to the host, no wait. A refusal leaves `values` untouched and is recorded
-// in d_fault_, which finish() reads -- the collective's one wait for it.
+// in d_fault_, read by the next encode's wait (a fused hop raises before it
+// forwards anything) or by finish(), once per collective.
 void LosslessCudaCodec::decode(const uint8_t* in, size_t in_bytes, DType dtype, int64_t n, void* values) const {
   const lossless::Layout L = lossless::make_layout(dtype, n);
   LosslessDecodeScratch sc;
@@ -123,14 +132,18 @@ void LosslessCudaCodec::decode(const uint8_t* in, size_t in_bytes, DType dtype, 
 
 void LosslessCudaCodec::check_deferred() const {
   if (!pending_) return;
-  pending_ = false;
   std::lock_guard<std::mutex> lock(read_mu_);
   check_cuda(cudaMemcpyAsync(&host_read_->fault, d_fault_, sizeof(lossless::Fault), cudaMemcpyDeviceToHost, stream_),
              "finish");
   check_cuda(cudaStreamSynchronize(stream_), "finish");
+  raise_if_refused();
+}
+
+void LosslessCudaCodec::raise_if_refused() const {
+  pending_ = false;  // every decode so far is in the record just read
   const lossless::Fault f = host_read_->fault;
   if (f.kind != lossless::FaultKind::kNone) {
-    check_cuda(cudaMemsetAsync(d_fault_, 0, sizeof(lossless::Fault), stream_), "finish");
+    check_cuda(cudaMemsetAsync(d_fault_, 0, sizeof(lossless::Fault), stream_), "refusal");
     throw MalformedMessage(lossless_fault_message(f, DType(f.dtype)) + " (GPU decode)");
   }
 }

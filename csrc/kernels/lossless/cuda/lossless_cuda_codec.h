@@ -3,14 +3,16 @@
 // values as the CPU LosslessCodec (tests/cpp/cuda_collective.cu runs the
 // in-process all-reduce with both). The host takes part where the format
 // needs it: the exponent histogram and the encode plan (one wait), the size
-// of the section it wrote (zip, Huffman: one more wait, for 4 bytes), and the announced size of a received
-// dynamic part (its 16-byte header is copied to the host). A received message
-// is parsed, checked and decoded on the device with no wait (lossless_decode_cuda);
-// a refusal raises MalformedMessage from finish(), once per collective, as
-// the bitsplit codec's. Host reads go through page-locked memory. Sums and the
-// mean's division are the identity codec's (IdentityCudaCodec), as on the CPU.
-// Status: compiled with nvcc in CI and run there on the CPU emulation of CUDA
-// (tests/cpp/cuda_emu); never on a GPU.
+// of the section it wrote (zip, Huffman: one more wait, for 4 bytes), and the
+// announced size of a received dynamic part (its 16-byte header is copied to
+// the host). A received message is parsed, checked and decoded on the device
+// with no wait (lossless_decode_cuda); a refusal raises MalformedMessage from
+// the next encode (its histogram wait reads the refusals too, so a fused hop
+// never forwards what a refused message decoded to) or from finish(), once
+// per collective, as the bitsplit codec's. Host reads go through page-locked
+// memory. Sums and the mean's division are the identity codec's
+// (IdentityCudaCodec), as on the CPU. Status: compiled with nvcc in CI and run
+// there on the CPU emulation of CUDA (tests/cpp/cuda_emu); never on a GPU.
 #pragma once
 
 #include <mutex>
@@ -40,6 +42,8 @@ class LosslessCudaCodec final : public CudaCodec<LosslessCodec> {
   void decode(const uint8_t* in, size_t in_bytes, DType dtype, int64_t n, void* values) const;
 
   void check_deferred() const override;
+  // After host_read_->fault was read (read_mu_ held): raise the recorded refusal, if any, and clear it.
+  void raise_if_refused() const;
 
   struct HostRead;
   LosslessOptions opt_;
