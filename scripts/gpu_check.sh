@@ -247,7 +247,8 @@ pack
 # A fact for the record, not a pass/fail: older NCCL refuses ("Duplicate GPU detected").
 if [ "$HAVE_GPU" = 1 ] && have_time 40; then
   timeout "$(budget 40)" "$PY" scripts/gpu/nccl_two_ranks.py >"$W/nccl2.log" 2>&1; rc=$?
-  log "nccl two ranks on one GPU: rc=$rc; $(grep -c 'want' "$W/nccl2.log") rank lines; $(grep -m1 -iE 'Duplicate GPU|Multiple ranks|error' "$W/nccl2.log" | cut -c1-160)"
+  why=$(grep -m1 -iE 'Duplicate GPU|multiple ranks' "$W/nccl2.log" || grep -E 'Error' "$W/nccl2.log" | tail -1)
+  log "nccl two ranks on one GPU: rc=$rc; $(grep -c 'want' "$W/nccl2.log") rank lines; $(echo "$why" | cut -c1-160)"
 elif [ "$HAVE_GPU" = 1 ]; then
   skip "nccl two ranks" "time"
 fi
