@@ -139,6 +139,17 @@ const Case kCases[] = {
     {DType::kF32, 0, 0x5, ExpFormat::kZip},      {DType::kF32, 0, 0x1, ExpFormat::kPlain},
 };
 
+// A case's n values (x) and their CPU-encoded message (the callers assert its format).
+struct CaseMessage {
+  std::vector<uint8_t> x, msg;
+};
+CaseMessage case_message(const Case& c, int64_t n, uint32_t seed) {
+  CaseMessage m;
+  m.x = lossless_values(c.t, n, c.kind, seed);
+  m.msg = encode(m.x, c.t, n, c.formats);
+  return m;
+}
+
 // Every format and dtype, 1 MiB of raw values plus a 5-value tail: the GPU
 // decode gives the input bit for bit (the CPU decoder agrees).
 TEST(CudaLosslessDecode, EveryFormatDecodesBitForBitLikeTheCpu) {
@@ -147,8 +158,7 @@ TEST(CudaLosslessDecode, EveryFormatDecodesBitForBitLikeTheCpu) {
   for (const Case& c : kCases) {
     const int64_t n = (int64_t(1) << 20) / dtype_size(c.t) + 5;
     SCOPED_TRACE(std::string(dtype_name(c.t)) + " " + lossless::exp_format_name(c.want));
-    const auto x = lossless_values(c.t, n, c.kind, 17);
-    const auto msg = encode(x, c.t, n, c.formats);
+    const auto [x, msg] = case_message(c, n, 17);
     ASSERT_EQ(lossless_format_of(msg.data()), c.want);
     std::vector<uint8_t> cpu(x.size());
     lossless_decode(msg.data(), msg.size(), c.t, n, cpu.data());
@@ -158,6 +168,13 @@ TEST(CudaLosslessDecode, EveryFormatDecodesBitForBitLikeTheCpu) {
 }
 
 #if defined(DYNAMIQ_CUDA_EMULATION)
+// Host waits (cuda*Synchronize) in the emulation's API log.
+size_t logged_waits() {
+  size_t w = 0;
+  for (const auto& call : dynamiq_cuda_emu::api_log()) w += std::string(call.name).find("Synchronize") != std::string::npos;
+  return w;
+}
+
 // The decode parses and checks the message on the device: no copy to the host
 // and no wait during the decompress (the message is >= 256 KiB here, 1 MiB
 // for plain); finish() copies the 24-byte refusal record once and waits once.
@@ -167,8 +184,7 @@ TEST(CudaLosslessDecode, DecodeNeitherCopiesToTheHostNorWaitsFinishWaitsOnce) {
   for (const Case& c : kCases) {
     const int64_t n = (int64_t(1) << 20) / dtype_size(c.t) + 5;
     SCOPED_TRACE(std::string(dtype_name(c.t)) + " " + lossless::exp_format_name(c.want));
-    const auto x = lossless_values(c.t, n, c.kind, 23);
-    const auto msg = encode(x, c.t, n, c.formats);
+    const auto [x, msg] = case_message(c, n, 23);
     ASSERT_EQ(lossless_format_of(msg.data()), c.want);
     ASSERT_GT(msg.size(), size_t(256) << 10);
     dynamiq_cuda_emu::CopyCounts counts[2];
@@ -176,8 +192,7 @@ TEST(CudaLosslessDecode, DecodeNeitherCopiesToTheHostNorWaitsFinishWaitsOnce) {
     const auto y = gpu_decode(gpu, msg, c.t, n, [&](int stage) {
       if (stage > 0) {
         counts[stage - 1] = dynamiq_cuda_emu::copy_counts();
-        for (const auto& call : dynamiq_cuda_emu::api_log())
-          waits[stage - 1] += std::string(call.name).find("Synchronize") != std::string::npos;
+        waits[stage - 1] = logged_waits();
       }
       dynamiq_cuda_emu::reset_copy_counts();
       dynamiq_cuda_emu::set_api_log(stage < 2);
@@ -203,8 +218,7 @@ TEST(CudaLosslessDecode, CompressWaitsForTheHistogramAndTheSectionSizeOnly) {
     const cuda::LosslessCudaCodec gpu(opt);
     const int64_t n = (int64_t(1) << 18) / dtype_size(c.t) + 5;
     SCOPED_TRACE(std::string(dtype_name(c.t)) + " " + lossless::exp_format_name(c.want));
-    const auto x = lossless_values(c.t, n, c.kind, 41);
-    const auto want = encode(x, c.t, n, c.formats);
+    const auto [x, want] = case_message(c, n, 41);
     ASSERT_EQ(lossless_format_of(want.data()), c.want);
     const Plan plan = make_lossless_plan(c.t, n, 1);
     Block b;
@@ -218,9 +232,7 @@ TEST(CudaLosslessDecode, CompressWaitsForTheHistogramAndTheSectionSizeOnly) {
     dynamiq_cuda_emu::set_api_log(true);
     const size_t bytes = gpu.compress(lx, plan, b, RngCtx{}, dout.p);
     const auto counts = dynamiq_cuda_emu::copy_counts();
-    size_t waits = 0;
-    for (const auto& call : dynamiq_cuda_emu::api_log())
-      waits += std::string(call.name).find("Synchronize") != std::string::npos;
+    const size_t waits = logged_waits();
     dynamiq_cuda_emu::set_api_log(false);
     const bool sized = c.want == ExpFormat::kZip || c.want == ExpFormat::kHuffman;
     EXPECT_EQ(counts.d2h_copies, sized ? 2u : 1u);
@@ -340,8 +352,7 @@ TEST(CudaLosslessDecode, RandomCorruptionsAreRefusedExactlyAsOnTheCpu) {
   for (const Case& c : kCases) {
     const int64_t n = 9000 + 3;  // 1125 groups, 9 segments, a 3-value tail
     SCOPED_TRACE(std::string(dtype_name(c.t)) + " " + lossless::exp_format_name(c.want));
-    const auto x = lossless_values(c.t, n, c.kind, 31);
-    const auto msg = encode(x, c.t, n, c.formats);
+    const auto [x, msg] = case_message(c, n, 31);
     ASSERT_EQ(lossless_format_of(msg.data()), c.want);
     const size_t st = lossless_static_bytes(c.t, n);
     const size_t parsed = std::min(msg.size() - st, lossless_parse_prefix_bytes(c.t, n));

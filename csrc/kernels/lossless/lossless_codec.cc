@@ -323,11 +323,15 @@ size_t encode_impl(const typename Split<T>::word* v, int64_t n, uint8_t* out,
 
 // ---- header validation -------------------------------------------------------------
 
-// The header's checks (lossless_validate.h), raising MalformedMessage.
+// MalformedMessage for a fault of lossless_validate.h's checks; nothing for none.
+void refuse(const Fault& f, DType dtype) {
+  if (f.kind != FaultKind::kNone) throw MalformedMessage(lossless_fault_message(f, dtype));
+}
+
+// The header's checks, raising MalformedMessage.
 Header header_or_throw(const uint8_t* p, DType dtype, const Layout& L) {
   Header h;
-  const Fault f = check_header(p, dtype, L, h);
-  if (f.kind != FaultKind::kNone) throw MalformedMessage(lossless_fault_message(f, dtype));
+  refuse(check_header(p, dtype, L, h), dtype);
   return h;
 }
 
@@ -613,8 +617,7 @@ void lossless_parse(const uint8_t* in, size_t in_bytes, DType dtype, int64_t n, 
   check_count(n);
   const Layout L = make_layout(dtype, n);
   if (in_bytes < size_t(L.static_bytes))
-    bad("truncated message: " + std::to_string(in_bytes) + " bytes, the static part alone is " +
-        std::to_string(L.static_bytes));
+    refuse(fault(FaultKind::kTruncated, int64_t(in_bytes), L.static_bytes), dtype);
   lossless_parse_parts(in, in + L.static_bytes, in_bytes - size_t(L.static_bytes), in_bytes, dtype, n, P);
 }
 
@@ -623,13 +626,11 @@ void lossless_parse_parts(const uint8_t* header, const uint8_t* sec, size_t sec_
   check_count(n);
   const Layout L = make_layout(dtype, n);
   P.layout = L;
-  auto refuse = [&](const Fault& f) {
-    if (f.kind != FaultKind::kNone) throw MalformedMessage(lossless_fault_message(f, dtype));
-  };
-  if (in_bytes < size_t(L.static_bytes)) refuse(fault(FaultKind::kTruncated, int64_t(in_bytes), L.static_bytes));
+  if (in_bytes < size_t(L.static_bytes))
+    refuse(fault(FaultKind::kTruncated, int64_t(in_bytes), L.static_bytes), dtype);
   const Header h = header_or_throw(header, dtype, L);
   if (in_bytes != size_t(L.static_bytes) + h.dynamic_bytes)
-    refuse(fault(FaultKind::kSize, int64_t(in_bytes), L.static_bytes + int64_t(h.dynamic_bytes)));
+    refuse(fault(FaultKind::kSize, int64_t(in_bytes), L.static_bytes + int64_t(h.dynamic_bytes)), dtype);
   // From here on nothing past min(dynamic_bytes, the largest prefix) is read (every read below
   // is bounded by dynamic_bytes and by a table of at most huff_header_bytes(L, 256) bytes).
   const size_t need = std::min<size_t>(h.dynamic_bytes, size_t(huff_header_bytes(L, 256)));
@@ -640,7 +641,7 @@ void lossless_parse_parts(const uint8_t* header, const uint8_t* sec, size_t sec_
   P.dynamic_bytes = h.dynamic_bytes;
   P.seg_start.clear();
   Tables t{};
-  refuse(check_tables(P.format, sec, h.dynamic_bytes, dtype, L, t));
+  refuse(check_tables(P.format, sec, h.dynamic_bytes, dtype, L, t), dtype);
   P.constant = t.constant;
   std::memcpy(P.zip_table, t.zip_table, sizeof(P.zip_table));
   P.planes_offset = t.planes_offset;
@@ -658,8 +659,8 @@ void lossless_parse_parts(const uint8_t* header, const uint8_t* sec, size_t sec_
     if (P.format == ExpFormat::kZip) counts_ok &= zip_count_ok(cnt, L.body, s);
     pos += cnt;
   }
-  if (!counts_ok) refuse(fault(FaultKind::kZipCount));
-  refuse(check_segment_total(P.format, pos, P.payload_bytes));
+  if (!counts_ok) refuse(fault(FaultKind::kZipCount), dtype);
+  refuse(check_segment_total(P.format, pos, P.payload_bytes), dtype);
   P.seg_start[size_t(S)] = uint32_t(pos);
   if (P.format == ExpFormat::kHuffman) {
     P.huff_table.resize(kDecodeTableSize);
