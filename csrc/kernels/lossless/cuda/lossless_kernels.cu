@@ -213,10 +213,8 @@ __global__ void section_kernel(DType dtype, LosslessDevicePlan* P, const uint8_t
   const ExpFormat fmt = ExpFormat(P->format);
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   switch (fmt) {
-    case ExpFormat::kPlain:
-      if (i >= G) return;
-      if (dtype == DType::kF16) plain5_decode_group(sec, i, G, exps);
-      else store_u64(exps + 8 * i, load_u64(sec + 8 * i));
+    case ExpFormat::kPlain:  // bf16, float32: the section is the exponents (the merge reads it)
+      if (i < G && dtype == DType::kF16) plain5_decode_group(sec, i, G, exps);
       return;
     case ExpFormat::kConst:
       if (i < G) store_u64(exps + 8 * i, 0x0101010101010101ull * P->constant);
@@ -252,8 +250,9 @@ __global__ void section_kernel(DType dtype, LosslessDevicePlan* P, const uint8_t
 // values <- the SM planes and tail merged with the exponents; if the message
 // was refused, nothing, and thread 0 records the refusal in *first (if empty).
 template <DType T>
-__global__ void merge_kernel(LosslessDevicePlan* P, const uint8_t* msg, const uint8_t* exps, int64_t G,
-                             int64_t tail, int64_t tail_offset, typename Split<T>::word* v, Fault* first) {
+__global__ void merge_kernel(LosslessDevicePlan* P, const uint8_t* msg, int64_t static_bytes, const uint8_t* exps,
+                             int64_t G, int64_t tail, int64_t tail_offset, typename Split<T>::word* v,
+                             Fault* first) {
   using W = typename Split<T>::word;
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   Fault f = P->fault;
@@ -270,7 +269,9 @@ __global__ void merge_kernel(LosslessDevicePlan* P, const uint8_t* msg, const ui
     }
     return;
   }
-  if (i < G) merge_group<T>(msg + kHeaderBytes, exps, i, G, v);
+  // a plain bf16 / float32 section holds the exponents as they are: read in place
+  const uint8_t* e = T != DType::kF16 && P->format == uint8_t(ExpFormat::kPlain) ? msg + static_bytes : exps;
+  if (i < G) merge_group<T>(msg + kHeaderBytes, e, i, G, v);
   if (i < tail) {
     W w;
     memcpy(&w, msg + tail_offset + i * int64_t(sizeof(W)), sizeof(W));
@@ -397,9 +398,8 @@ void lossless_decode_cuda(DType dtype, const uint8_t* msg, size_t in_bytes, int6
   const int64_t threads = L.groups > L.tail ? L.groups : (L.tail > 0 ? L.tail : 1);
   DQ_DISPATCH_DTYPE(dtype, T, [&] {
     using W = typename Split<T>::word;
-    DQ_LAUNCH(merge_kernel<T>, blocks_for(threads), kThreads, 0, stream)(sc.plan, msg, sc.exps, L.groups, L.tail,
-                                                                          L.tail_offset, static_cast<W*>(values),
-                                                                          sc.fault);
+    DQ_LAUNCH(merge_kernel<T>, blocks_for(threads), kThreads, 0, stream)(
+        sc.plan, msg, L.static_bytes, sc.exps, L.groups, L.tail, L.tail_offset, static_cast<W*>(values), sc.fault);
     check(cudaGetLastError(), "merge kernel");
   });
 }
