@@ -36,6 +36,17 @@ if [ -z "$PY" ]; then
   done
 fi
 if [ ! -x .venv/bin/python ]; then
+  # A fresh set-up takes about 7 GB here (.venv 5.8 GB: torch 2.14.1 is a CUDA build; build/ about
+  # 1 GB after every test stage): say so up front rather than with pip's "[Errno 28] No space
+  # left on device" halfway through the install (how CI failed on 2026-11-26, its disk filled by
+  # earlier clones).
+  need_kb=$((8 * 1024 * 1024))
+  free_kb=$(df -Pk . | awk 'NR == 2 { print $4 }')
+  if [ -n "$free_kb" ] && [ "$free_kb" -lt "$need_kb" ]; then
+    echo "[setup] error: $((free_kb / 1024)) MiB free on $(df -P . | awk 'NR == 2 { print $6 }');" \
+      "a fresh set-up needs about 8 GiB (.venv with torch's CUDA build, then build/)" >&2
+    exit 1
+  fi
   log "creating .venv with $PY"
   "$PY" -m venv .venv
 fi
