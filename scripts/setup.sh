@@ -1,14 +1,24 @@
 #!/usr/bin/env bash
 # Idempotent set-up on a fresh Debian machine (and fast when already done):
-#   system packages (GoogleTest, iproute2) -> .venv -> Python packages
+#   system packages (GoogleTest, iproute2, ccache) -> .venv -> Python packages
 #   (torch 2.14.1 from the local wheel, pybind11, scikit-build-core, cmake,
-#   ninja, pytest, numpy, tqdm, matplotlib; lightning, accelerate and tensorboard at
+#   ninja, pytest, pytest-xdist, numpy, tqdm, matplotlib; lightning, accelerate and tensorboard at
 #   the versions the integration tests ran with) -> build and install dynamiq
 #   (editable, incremental build directory under build/).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 log() { printf '[setup] %s\n' "$*"; }
+# Compiles through ccache, paths taken relative to the checkout: scripts/test.sh's C++ build
+# (build/cpp) then takes the library's objects, CUDA ones included, from this extension build
+# (same flags; 144 of its 429 CPU s on the 2-core AMD guest, 2026-11-26). CMake reads these at a
+# build directory's first configure.
+ccache_env() {
+  if command -v ccache >/dev/null 2>&1; then
+    export CMAKE_CXX_COMPILER_LAUNCHER=ccache CMAKE_CUDA_COMPILER_LAUNCHER=ccache CCACHE_BASEDIR="$PWD" \
+      CCACHE_NOHASHDIR=true
+  fi
+}
 
 # ---- 1. system packages ------------------------------------------------------
 apt_pkgs=()
@@ -16,6 +26,7 @@ apt_pkgs=()
 [ -f /usr/include/gmock/gmock.h ] || apt_pkgs+=(libgmock-dev)
 command -v ip >/dev/null 2>&1 || apt_pkgs+=(iproute2)
 command -v tc >/dev/null 2>&1 || apt_pkgs+=(iproute2)
+command -v ccache >/dev/null 2>&1 || apt_pkgs+=(ccache)  # shares compiled objects between the builds (below)
 if [ ${#apt_pkgs[@]} -gt 0 ]; then
   SUDO=""
   [ "$(id -u)" -eq 0 ] || SUDO="sudo"
@@ -59,13 +70,13 @@ if ! $VPY - <<'EOF' >/dev/null 2>&1
 import importlib, sys
 import torch
 assert torch.__version__.split("+")[0] == "2.14.1", torch.__version__
-for m in ("pybind11", "scikit_build_core", "cmake", "ninja", "pytest", "numpy", "tqdm", "matplotlib"):
+for m in ("pybind11", "scikit_build_core", "cmake", "ninja", "pytest", "xdist", "numpy", "tqdm", "matplotlib"):
     importlib.import_module(m)
 EOF
 then
   log "installing Python packages into .venv"
   $VPY -m pip install --disable-pip-version-check -q "torch==2.14.1" pybind11 scikit-build-core cmake ninja \
-    pytest numpy tqdm matplotlib
+    pytest "pytest-xdist==3.8.0" numpy tqdm matplotlib
 fi
 
 # Trainer integrations (tests/python/test_integrations.py, examples/, docs/integrations.md): the
@@ -92,6 +103,7 @@ stamp=build/.dynamiq-installed
 if [ ! -f "$stamp" ] || [ -n "$(find csrc python CMakeLists.txt pyproject.toml -newer "$stamp" -print -quit)" ] \
    || ! $VPY -c "import dynamiq" >/dev/null 2>&1; then
   log "building dynamiq (C++ extension against the installed torch)"
+  ccache_env
   PATH="$PWD/.venv/bin:$PATH" $VPY -m pip install --disable-pip-version-check -q --no-build-isolation -e . \
     >/tmp/dynamiq-build.log 2>&1 || { tail -50 /tmp/dynamiq-build.log; exit 1; }
   mkdir -p build && touch "$stamp"

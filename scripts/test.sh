@@ -10,24 +10,37 @@ JOBS=${JOBS:-2}
 # a stage header with the minutes since the start (set-up included), to see where CI time goes
 stage() { echo "== $1 [$((SECONDS / 60))m$((SECONDS % 60))s]"; }
 
-# Two runs side by side (2 cores; the single-threaded CUDA emulation next to a
-# run that is mostly single-threaded too): the background run's output goes to a
-# log that is printed, and its failure fails the script, once the foreground run is done.
-BG_PID=""
-trap '[ -n "$BG_PID" ] && kill "$BG_PID" 2>/dev/null; true' EXIT
-bg_start() { local log=$1; shift; "$@" >"$log" 2>&1 & BG_PID=$!; }
+# Runs side by side (2 cores; the single-threaded CUDA emulation next to runs that are mostly
+# single-threaded too): each background run's output goes to a log; bg_finish waits for all of
+# them, prints their logs in the order they started, and fails the script if any failed.
+BG_PIDS=()
+BG_LOGS=()
+bg_kill() { local p; for p in "${BG_PIDS[@]}"; do kill "$p" 2>/dev/null; done; true; }
+trap bg_kill EXIT
+bg_start() { local log=$1; shift; "$@" >"$log" 2>&1 & BG_PIDS+=($!); BG_LOGS+=("$log"); }
 bg_finish() {
-  local log=$1 rc=0
-  wait "$BG_PID" || rc=$?
-  BG_PID=""
-  # (ASan warns that it does not fully support the emulator's swapcontext; the one line is dropped)
-  grep -v "ASan doesn't fully support makecontext" "$log" || true
-  [ "$rc" -eq 0 ] || { echo "FAILED (exit $rc): the run logged above"; exit "$rc"; }
+  local i rc failed=0
+  for i in "${!BG_PIDS[@]}"; do
+    rc=0
+    wait "${BG_PIDS[$i]}" || rc=$?
+    # (ASan warns that it does not fully support the emulator's swapcontext; the one line is dropped)
+    grep -v "ASan doesn't fully support makecontext" "${BG_LOGS[$i]}" || true
+    [ "$rc" -eq 0 ] || { echo "FAILED (exit $rc): the run logged above (${BG_LOGS[$i]})"; failed=$rc; }
+  done
+  BG_PIDS=()
+  BG_LOGS=()
+  [ "$failed" -eq 0 ] || exit "$failed"
 }
+# GoogleTest's sharding: shard I of N runs every Nth test
+shard() { echo "GTEST_TOTAL_SHARDS=$2 GTEST_SHARD_INDEX=$1"; }
 
 stage "C++ (GoogleTest, torch-free; CUDA kernels compiled when nvcc is found, GPU tests skip without a GPU)"
 # where nvcc is present, curand's headers must be found too (the device code's Philox and the
 # CPU test that checks philox.h against it)
+# ccache as in setup.sh: the library's objects come from the extension's build
+if command -v ccache >/dev/null 2>&1; then
+  export CMAKE_CXX_COMPILER_LAUNCHER=ccache CMAKE_CUDA_COMPILER_LAUNCHER=ccache CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=true
+fi
 REQUIRE_CURAND=OFF; command -v nvcc >/dev/null 2>&1 && REQUIRE_CURAND=ON
 cmake -S . -B build/cpp -G Ninja -DDYNAMIQ_BUILD_PYTHON=OFF -DDYNAMIQ_BUILD_TESTS=ON \
   -DDYNAMIQ_BUILD_BENCHMARKS=ON -DDYNAMIQ_CUDA=AUTO -DDYNAMIQ_REQUIRE_CURAND=$REQUIRE_CURAND >build/cpp-configure.log 2>&1 \
@@ -44,7 +57,7 @@ build/cpp/dynamiq_tests --gtest_brief=1
 DYNAMIQ_CPU_THREADS=2 build/cpp/dynamiq_tests --gtest_brief=1 \
   --gtest_filter='-FloatBitsSweep.*:Cuda*:Faults.*:SendWindow.*:Timeline.*:SendAhead.*:Failure.*:Rounds.*:NcclOrder.*:RendezvousSends.*:SchedulePhases.*:Schedule.*:InprocTransport.*:BufferPool.*:ExecutorGuard.*:HeaderCorruption.*:Header.*:ConfigFingerprint.*:Registry.*:Philox.*:FloatBits.*'
 echo "-- the CUDA emulation (index order):"
-bg_finish build/cpp-emu-tests.log
+bg_finish
 
 # The fallback kernels without any x86 intrinsics (what a non-x86 host compiles: the per-element
 # loops and the portable conversions that the vector paths otherwise replace), built for aarch64
@@ -67,10 +80,20 @@ ninja -C build/asan -j "$JOBS" >build/asan-build.log 2>&1 || { tail -60 build/as
 # emulator's swapcontext: it has reported nothing here).
 stage "C++ under AddressSanitizer + UBSan: tests; beside them the CUDA emulation, threads in reversed order"
 export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
-bg_start build/asan-emu-tests.log env DYNAMIQ_CUDA_EMU_ORDER=reverse build/asan/dynamiq_cuda_emu_tests --gtest_brief=1
-build/asan/dynamiq_tests --gtest_brief=1 --gtest_filter='-FloatBitsSweep.*:Cuda*'
-echo "-- the CUDA emulation under ASan (reversed order):"
-bg_finish build/asan-emu-tests.log
+# Four processes, each suite in two shards: the emulation alone took 233 s and the other tests
+# 146 s side by side with it (one core idle for 87 s, 2-core AMD guest, 2026-11-26).
+for i in 0 1; do
+  # shellcheck disable=SC2046  # shard's words are meant to split
+  bg_start build/asan-emu-tests.$i.log env $(shard $i 2) DYNAMIQ_CUDA_EMU_ORDER=reverse \
+    build/asan/dynamiq_cuda_emu_tests --gtest_brief=1
+done
+# shellcheck disable=SC2046
+bg_start build/asan-tests.1.log env $(shard 1 2) build/asan/dynamiq_tests --gtest_brief=1 \
+  --gtest_filter='-FloatBitsSweep.*:Cuda*'
+# shellcheck disable=SC2046
+env $(shard 0 2) build/asan/dynamiq_tests --gtest_brief=1 --gtest_filter='-FloatBitsSweep.*:Cuda*'
+echo "-- the other half of those tests, then the CUDA emulation under ASan (reversed order) in two halves:"
+bg_finish
 
 # Coverage-guided fuzzing of every decoder of received bytes (tests/fuzz, libFuzzer + ASan + UBSan,
 # clang-19 from Debian, installed by the script if missing): each target 8 s from the seed corpus
@@ -84,8 +107,12 @@ FUZZ_JOBS=2 bash scripts/fuzz.sh --ci 8
 stage "Wheel: pip wheel --no-build-isolation, a fresh venv with only torch and numpy, a 2-rank job outside the tree"
 bash scripts/check_wheel.sh
 
-stage "Python (pytest, multi-process Gloo on loopback)"
-.venv/bin/python -m pytest tests/python -q --durations=8 "$@"
+# Two pytest-xdist workers (PYTEST_WORKERS=0: one process): the multi-process tests wait on each
+# other's ranks, and one run left the 2 cores 30 % idle. 2-core AMD guest, 2026-11-26, same
+# machine and commit: one process 6:24 (in a CI run), 2 workers 5:03, 3 workers 4:45.
+# test_netbed.py's tests stay on one worker (xdist_group), each other test goes where there is room.
+stage "Python (pytest, multi-process Gloo on loopback; ${PYTEST_WORKERS:-2} workers)"
+.venv/bin/python -m pytest tests/python -q --durations=8 -n "${PYTEST_WORKERS:-2}" --dist loadgroup "$@"
 
 # The GPU command (scripts/gpu_check.sh) without a GPU, so it is known to work before GPU time is
 # spent on it: its stages on the builds above, a few tests each (all of them ran above).
