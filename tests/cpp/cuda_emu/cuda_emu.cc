@@ -178,12 +178,16 @@ void run_grid(dim3 grid, dim3 block_dim, size_t smem, void (*body)(void*), void*
   blockDim = block_dim;
   block().smem_bytes = (smem + 15) / 16 * 16;
   bool ok = true;
-  for (unsigned z = 0; z < grid.z && ok; ++z)
-    for (unsigned y = 0; y < grid.y && ok; ++y)
-      for (unsigned x = 0; x < grid.x && ok; ++x) {
-        blockIdx = uint3{x, y, z};
-        ok = run_block(block_dim.x * block_dim.y * block_dim.z, body, ctx);
-      }
+  // Blocks one after another, in linear index order or, with the threads, in reverse: a GPU
+  // gives blocks no order, so a kernel whose block reads what a later block writes (or the
+  // other way round) fails in one of the two orders.
+  const uint64_t blocks = uint64_t(grid.x) * grid.y * grid.z;
+  const bool rev = reverse_order();
+  for (uint64_t k = 0; k < blocks && ok; ++k) {
+    const uint64_t l = rev ? blocks - 1 - k : k;
+    blockIdx = uint3{unsigned(l % grid.x), unsigned(l / grid.x % grid.y), unsigned(l / (uint64_t(grid.x) * grid.y))};
+    ok = run_block(block_dim.x * block_dim.y * block_dim.z, body, ctx);
+  }
   if (!ok) {
     g_last = cudaErrorLaunchFailure;
     g_sticky = cudaErrorLaunchFailure;

@@ -5,7 +5,8 @@
 // only by the dynamiq_cuda_emu_tests target (its include directory comes first).
 //
 // What it models:
-//   - a launch runs the grid one block after another; the threads of a block are
+//   - a launch runs the grid one block after another (in linear index order, or
+//     in reverse with the threads below: a GPU orders blocks in no way); the threads of a block are
 //     fibers (ucontext) on one OS thread, each on its own stack, switched only at
 //     __syncthreads(). Between barriers the threads run one after the other in
 //     index order, or in reverse order with DYNAMIQ_CUDA_EMU_ORDER=reverse: a

@@ -132,6 +132,37 @@ TEST(CudaEmulator, AMissingBarrierShowsInBothOrders) {
   EXPECT_EQ(wrong_neighbours(run_neighbours(false)), std::vector<unsigned>{63});
 }
 
+// Block b copies what block b - 1 wrote, with nothing that orders the blocks:
+// a bug on a GPU, which schedules blocks in any order.
+__global__ void chained_blocks_kernel(unsigned* d) {
+  if (threadIdx.x != 0) return;
+  const unsigned b = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+  d[b + 1] = d[b] + 1;
+}
+
+TEST(CudaEmulator, BlocksRunInEitherOrderSoABlockChainShowsInOne) {
+  BothOrders restore;
+  std::vector<unsigned> seen[2];
+  for (bool rev : {false, true}) {
+    set_reverse_order(rev);
+    unsigned* d = nullptr;
+    ASSERT_EQ(cudaMalloc(&d, 25 * sizeof(unsigned)), cudaSuccess);
+    ASSERT_EQ(cudaMemset(d, 0, 25 * sizeof(unsigned)), cudaSuccess);
+    DQ_LAUNCH(chained_blocks_kernel, dim3(2, 3, 4), 32, 0, nullptr)(d);
+    ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+    seen[rev] = get(d, 25);
+    cudaFree(d);
+  }
+  // index order: each block sees its predecessor's value, 0, 1, ..., 24; reverse: every block
+  // runs before its predecessor and copies a 0, so all but d[0] are 1 (and blockIdx covers
+  // every (x, y, z) of the 2 x 3 x 4 grid once either way)
+  std::vector<unsigned> chain(25), stale(25, 1);
+  for (unsigned i = 0; i < 25; ++i) chain[i] = i;
+  stale[0] = 0;
+  EXPECT_EQ(seen[0], chain);
+  EXPECT_EQ(seen[1], stale);
+}
+
 __global__ void atomic_kernel(unsigned* out) {
   __shared__ unsigned count;
   if (threadIdx.x == 0) count = 0;
