@@ -3,9 +3,10 @@
     python -m dynamiq.bench --local 2                       # 2 Gloo processes on this machine
     torchrun --nproc_per_node 8 -m dynamiq.bench --sizes 16M,64M,256M --json bench.json --plot bench.png
 
-For each collective (all-reduce; reduce-scatter joins once dynamiq has one), each
-size, and each row -- the backend's own collective (Gloo or NCCL) first, then
-every dynamiq mode at every topology -- the tool runs warm-up iterations, then
+For each collective (all-reduce, the only one this tool times; dynamiq.reduce_scatter
+is timed by experiments/bench/bench_reduce_scatter.py), each size, and each row -- the
+backend's own collective (Gloo or NCCL) first, then every dynamiq mode at every
+topology -- the tool runs warm-up iterations, then
 timed ones, and reports the median over the timed iterations of the slowest
 rank's time, the algorithm and bus bandwidth (nccl-tests' convention:
 busbw = algbw * 2(n-1)/n for all-reduce), the speedup over the backend's

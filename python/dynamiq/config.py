@@ -59,7 +59,7 @@ class Config:
         "auto_choice").
       topology: "ring", "butterfly" (any world size; on one that is not a
         power of two the extra ranks send to and receive from the chunk
-        owners, slower than ring there: README "Choosing a topology"), or
+        owners, slower than ring there: docs/modes.md "Choosing a topology"), or
         "twostep", or "hierarchical": ranks grouped by node (`local_size`
         consecutive ranks per node), a reduce-scatter inside each node in
         `intra_mode`, an all-reduce in `mode` between nodes over each local
@@ -81,7 +81,7 @@ class Config:
         default widths and sizes); bitsplit: integer code width 2..8 (the
         wire carries more: group scales and zeros, and at 2-3 bits the
         reserved spikes, so 3 bits, and 2 on float32 buckets, cost more
-        than 4: README "Choosing bits")
+        than 4: docs/modes.md "Choosing bits")
       seed: seeds all randomness (stochastic and correlated rounding). Same
         seed and same collective sequence give the same bytes on the wire.
       widths: dynamiq widths allowed for a super-group, a subset of
@@ -181,7 +181,8 @@ class Config:
             raise _err("local_size", self.local_size, "None (torchrun's LOCAL_WORLD_SIZE) or an integer in [1, 65536]")
         if self.intra_mode not in ("none", "lossless"):
             raise _err("intra_mode", self.intra_mode, "'none', 'lossless' (the intra-node phases are exact)")
-        lossy = [m for m in modes if m not in ("none", "lossless")]
+        # bounded is lossy too, but its error bound is no budget auto could trade against time
+        lossy = [m for m in modes if m in ("dynamiq", "bitsplit")]
         if self.auto_lossy not in lossy:
             raise _err("auto_lossy", self.auto_lossy, ", ".join(lossy))
         for name in ("auto_bandwidth", "auto_latency"):

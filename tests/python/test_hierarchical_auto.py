@@ -140,5 +140,9 @@ def test_config_validation():
         dynamiq.Config(local_size=0)
     with pytest.raises(dynamiq.ConfigError):
         dynamiq.Config(mode="auto", auto_lossy="lossless")
+    # bounded would need an error bound, which mode auto refuses: named as not allowed, not as
+    # a missing bound
+    with pytest.raises(dynamiq.ConfigError, match=r"auto_lossy='bounded' is invalid; allowed: dynamiq, bitsplit"):
+        dynamiq.Config(mode="auto", auto_lossy="bounded")
     c = dynamiq.Config(mode="auto", auto_lossy="bitsplit", bits=4)
     assert dynamiq.Config.from_json(c.to_json()) == c
