@@ -85,11 +85,12 @@ ninja -C build/asan -j "$JOBS" >build/asan-build.log 2>&1 || { tail -60 build/as
 # emulator's swapcontext: it has reported nothing here).
 stage "C++ under AddressSanitizer + UBSan: tests; beside them the CUDA emulation, threads in reversed order"
 export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
-# Four processes, each suite in two shards: the emulation alone took 233 s and the other tests
-# 146 s side by side with it (one core idle for 87 s, 2-core AMD guest, 2026-11-26).
-for i in 0 1; do
+# Six processes: the emulation alone took 233 s and the other tests 146 s side by side with it
+# (one core idle for 87 s, 2-core AMD guest, 2026-11-26); the emulation in two shards still
+# took 228 s for one of them (two tests take half of its time): four shards, the rest in two.
+for i in 0 1 2 3; do
   # shellcheck disable=SC2046  # shard's words are meant to split
-  bg_start build/asan-emu-tests.$i.log env $(shard $i 2) DYNAMIQ_CUDA_EMU_ORDER=reverse \
+  bg_start build/asan-emu-tests.$i.log env $(shard $i 4) DYNAMIQ_CUDA_EMU_ORDER=reverse \
     build/asan/dynamiq_cuda_emu_tests --gtest_brief=1
 done
 # shellcheck disable=SC2046
@@ -97,7 +98,7 @@ bg_start build/asan-tests.1.log env $(shard 1 2) build/asan/dynamiq_tests --gtes
   --gtest_filter='-FloatBitsSweep.*:Cuda*'
 # shellcheck disable=SC2046
 env $(shard 0 2) build/asan/dynamiq_tests --gtest_brief=1 --gtest_filter='-FloatBitsSweep.*:Cuda*'
-echo "-- the other half of those tests, then the CUDA emulation under ASan (reversed order) in two halves:"
+echo "-- the other half of those tests, then the CUDA emulation under ASan (reversed order) in four shards:"
 bg_finish
 
 # Coverage-guided fuzzing of every decoder of received bytes (tests/fuzz, libFuzzer + ASan + UBSan,
