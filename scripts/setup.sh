@@ -12,11 +12,11 @@ log() { printf '[setup] %s\n' "$*"; }
 # Compiles through ccache, paths taken relative to the checkout: scripts/test.sh's C++ build
 # (build/cpp) then takes the library's objects, CUDA ones included, from this extension build
 # (same flags; 144 of its 429 CPU s on the 2-core AMD guest, 2026-11-26). CMake reads these at a
-# build directory's first configure.
+# build directory's first configure. Depend mode: a miss does not run the preprocessor first.
 ccache_env() {
   if command -v ccache >/dev/null 2>&1; then
     export CMAKE_CXX_COMPILER_LAUNCHER=ccache CMAKE_CUDA_COMPILER_LAUNCHER=ccache CCACHE_BASEDIR="$PWD" \
-      CCACHE_NOHASHDIR=true
+      CCACHE_NOHASHDIR=true CCACHE_DEPEND=true
   fi
 }
 
