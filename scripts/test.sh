@@ -31,8 +31,6 @@ bg_finish() {
   BG_LOGS=()
   [ "$failed" -eq 0 ] || exit "$failed"
 }
-# GoogleTest's sharding: shard I of N runs every Nth test
-shard() { echo "GTEST_TOTAL_SHARDS=$2 GTEST_SHARD_INDEX=$1"; }
 
 stage "C++ (GoogleTest, torch-free; CUDA kernels compiled when nvcc is found, GPU tests skip without a GPU)"
 # ccache as in setup.sh, for this build only: the library's objects come from the extension's
@@ -87,20 +85,13 @@ ninja -C build/asan -j "$JOBS" >build/asan-build.log 2>&1 || { tail -60 build/as
 # emulator's swapcontext: it has reported nothing here).
 stage "C++ under AddressSanitizer + UBSan: tests; beside them the CUDA emulation, threads in reversed order"
 export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
-# Six processes: the emulation alone took 233 s and the other tests 146 s side by side with it
-# (one core idle for 87 s, 2-core AMD guest, 2026-11-26); the emulation in two shards still
-# took 228 s for one of them (two tests take half of its time): four shards, the rest in two.
-for i in 0 1 2 3; do
-  # shellcheck disable=SC2046  # shard's words are meant to split
-  bg_start build/asan-emu-tests.$i.log env $(shard $i 4) DYNAMIQ_CUDA_EMU_ORDER=reverse \
-    build/asan/dynamiq_cuda_emu_tests --gtest_brief=1
-done
-# shellcheck disable=SC2046
-bg_start build/asan-tests.1.log env $(shard 1 2) build/asan/dynamiq_tests --gtest_brief=1 \
-  --gtest_filter='-FloatBitsSweep.*:Cuda*'
-# shellcheck disable=SC2046
-env $(shard 0 2) build/asan/dynamiq_tests --gtest_brief=1 --gtest_filter='-FloatBitsSweep.*:Cuda*'
-echo "-- the other half of those tests, then the CUDA emulation under ASan (reversed order) in four shards:"
+# The emulation (233 s) beside the other tests (146 s): sharding both did not pay (two shards
+# each: 3:49 for the stage against 3:53; four emulation shards and two others: 4:33, one shard
+# holding the long lossless collective tests ran 273 s; fresh-clone runs, 2-core AMD guest,
+# 2026-11-26).
+bg_start build/asan-emu-tests.log env DYNAMIQ_CUDA_EMU_ORDER=reverse build/asan/dynamiq_cuda_emu_tests --gtest_brief=1
+build/asan/dynamiq_tests --gtest_brief=1 --gtest_filter='-FloatBitsSweep.*:Cuda*'
+echo "-- the CUDA emulation under ASan (reversed order):"
 bg_finish
 
 # Coverage-guided fuzzing of every decoder of received bytes (tests/fuzz, libFuzzer + ASan + UBSan,
