@@ -29,9 +29,9 @@ TBF_BURST = 131072  # netbed.sh's bucket below 1 Gbit/s x 1 ms: bytes tbf may pa
 
 _AVAILABLE, _WHY = netbed_available()
 needs_netbed = pytest.mark.skipif(not _AVAILABLE, reason=f"cannot build a netbed here: {_WHY}")
-# Under pytest-xdist (scripts/test.sh) this file's tests run one after another on one worker: each
-# checks that the host's links are as before its netbed, which another netbed would change.
-pytestmark = pytest.mark.xdist_group("netbed")
+# Under pytest-xdist this file's tests must run one after another on one worker (scripts/test.sh:
+# --dist loadfile): each checks that nothing holds its namespaces after teardown, and a netbed made
+# meanwhile by another worker can reuse a freed namespace's inode number.
 
 
 def _netns_holders(inodes: set[int]) -> list[str]:
