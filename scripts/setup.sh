@@ -9,16 +9,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 log() { printf '[setup] %s\n' "$*"; }
-# Compiles through ccache, paths taken relative to the checkout: scripts/test.sh's C++ build
-# (build/cpp) then takes the library's objects, CUDA ones included, from this extension build
-# (same flags; 144 of its 429 CPU s on the 2-core AMD guest, 2026-11-26). CMake reads these at a
-# build directory's first configure. Depend mode: a miss does not run the preprocessor first.
-ccache_env() {
-  if command -v ccache >/dev/null 2>&1; then
-    export CMAKE_CXX_COMPILER_LAUNCHER=ccache CMAKE_CUDA_COMPILER_LAUNCHER=ccache CCACHE_BASEDIR="$PWD" \
-      CCACHE_NOHASHDIR=true CCACHE_DEPEND=true
-  fi
-}
 
 # ---- 1. system packages ------------------------------------------------------
 apt_pkgs=()
@@ -103,7 +93,14 @@ stamp=build/.dynamiq-installed
 if [ ! -f "$stamp" ] || [ -n "$(find csrc python CMakeLists.txt pyproject.toml -newer "$stamp" -print -quit)" ] \
    || ! $VPY -c "import dynamiq" >/dev/null 2>&1; then
   log "building dynamiq (C++ extension against the installed torch)"
-  ccache_env
+  # through ccache (scripts/ccache_env.sh): scripts/test.sh's C++ build (build/cpp) then takes the
+  # library's objects, CUDA ones included, from this build (same flags; 144 of its 429 CPU s on
+  # the 2-core AMD guest, 2026-11-26). CMake reads the launchers at a build directory's first
+  # configure.
+  # shellcheck source=scripts/ccache_env.sh
+  if source scripts/ccache_env.sh; then
+    export CMAKE_CXX_COMPILER_LAUNCHER=ccache CMAKE_CUDA_COMPILER_LAUNCHER=ccache
+  fi
   PATH="$PWD/.venv/bin:$PATH" $VPY -m pip install --disable-pip-version-check -q --no-build-isolation -e . \
     >/tmp/dynamiq-build.log 2>&1 || { tail -50 /tmp/dynamiq-build.log; exit 1; }
   mkdir -p build && touch "$stamp"

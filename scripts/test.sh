@@ -10,26 +10,19 @@ JOBS=${JOBS:-2}
 # a stage header with the minutes since the start (set-up included), to see where CI time goes
 stage() { echo "== $1 [$((SECONDS / 60))m$((SECONDS % 60))s]"; }
 
-# Runs side by side (2 cores; the single-threaded CUDA emulation next to runs that are mostly
-# single-threaded too): each background run's output goes to a log; bg_finish waits for all of
-# them, prints their logs in the order they started, and fails the script if any failed.
-BG_PIDS=()
-BG_LOGS=()
-bg_kill() { local p; for p in "${BG_PIDS[@]}"; do kill "$p" 2>/dev/null; done; true; }
-trap bg_kill EXIT
-bg_start() { local log=$1; shift; "$@" >"$log" 2>&1 & BG_PIDS+=($!); BG_LOGS+=("$log"); }
+# Two runs side by side (2 cores; the single-threaded CUDA emulation next to a
+# run that is mostly single-threaded too): the background run's output goes to a
+# log that is printed, and its failure fails the script, once the foreground run is done.
+BG_PID=""
+trap '[ -n "$BG_PID" ] && kill "$BG_PID" 2>/dev/null; true' EXIT
+bg_start() { local log=$1; shift; "$@" >"$log" 2>&1 & BG_PID=$!; }
 bg_finish() {
-  local i rc failed=0
-  for i in "${!BG_PIDS[@]}"; do
-    rc=0
-    wait "${BG_PIDS[$i]}" || rc=$?
-    # (ASan warns that it does not fully support the emulator's swapcontext; the one line is dropped)
-    grep -v "ASan doesn't fully support makecontext" "${BG_LOGS[$i]}" || true
-    [ "$rc" -eq 0 ] || { echo "FAILED (exit $rc): the run logged above (${BG_LOGS[$i]})"; failed=$rc; }
-  done
-  BG_PIDS=()
-  BG_LOGS=()
-  [ "$failed" -eq 0 ] || exit "$failed"
+  local log=$1 rc=0
+  wait "$BG_PID" || rc=$?
+  BG_PID=""
+  # (ASan warns that it does not fully support the emulator's swapcontext; the one line is dropped)
+  grep -v "ASan doesn't fully support makecontext" "$log" || true
+  [ "$rc" -eq 0 ] || { echo "FAILED (exit $rc): the run logged above"; exit "$rc"; }
 }
 
 stage "C++ (GoogleTest, torch-free; CUDA kernels compiled when nvcc is found, GPU tests skip without a GPU)"
@@ -38,8 +31,8 @@ stage "C++ (GoogleTest, torch-free; CUDA kernels compiled when nvcc is found, GP
 # and CMake's default /usr/bin/c++, the same program on Debian, missed every C++ object). Not for
 # the builds below, which share nothing: ccache's misses cost the ASan build 4:58 against 4:22.
 CCACHE_ARGS=()
-if command -v ccache >/dev/null 2>&1; then
-  export CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=true CCACHE_DEPEND=true
+# shellcheck source=scripts/ccache_env.sh
+if source scripts/ccache_env.sh; then
   CCACHE_ARGS=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
   ext_cxx=$(sed -n 's/^CMAKE_CXX_COMPILER:FILEPATH=//p' build/cp*/CMakeCache.txt 2>/dev/null | head -1 || true)
   [ -z "$ext_cxx" ] || CCACHE_ARGS+=("-DCMAKE_CXX_COMPILER=$ext_cxx")
@@ -62,7 +55,7 @@ build/cpp/dynamiq_tests --gtest_brief=1
 DYNAMIQ_CPU_THREADS=2 build/cpp/dynamiq_tests --gtest_brief=1 \
   --gtest_filter='-FloatBitsSweep.*:Cuda*:Faults.*:SendWindow.*:Timeline.*:SendAhead.*:Failure.*:Rounds.*:NcclOrder.*:RendezvousSends.*:SchedulePhases.*:Schedule.*:InprocTransport.*:BufferPool.*:ExecutorGuard.*:HeaderCorruption.*:Header.*:ConfigFingerprint.*:Registry.*:Philox.*:FloatBits.*'
 echo "-- the CUDA emulation (index order):"
-bg_finish
+bg_finish build/cpp-emu-tests.log
 
 # The fallback kernels without any x86 intrinsics (what a non-x86 host compiles: the per-element
 # loops and the portable conversions that the vector paths otherwise replace), built for aarch64
@@ -92,7 +85,7 @@ export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 bg_start build/asan-emu-tests.log env DYNAMIQ_CUDA_EMU_ORDER=reverse build/asan/dynamiq_cuda_emu_tests --gtest_brief=1
 build/asan/dynamiq_tests --gtest_brief=1 --gtest_filter='-FloatBitsSweep.*:Cuda*'
 echo "-- the CUDA emulation under ASan (reversed order):"
-bg_finish
+bg_finish build/asan-emu-tests.log
 
 # Coverage-guided fuzzing of every decoder of received bytes (tests/fuzz, libFuzzer + ASan + UBSan,
 # clang-19 from Debian, installed by the script if missing): each target 8 s from the seed corpus
