@@ -84,20 +84,40 @@ cudaError_t fail(cudaError_t e, const char* what) {
 
 // ---- fibers -----------------------------------------------------------------------
 
+enum class Wait : uint8_t { none, barrier, warp };
+
 struct Fiber {
   ucontext_t ctx;
   bool done = false;
-  bool waiting = false;  // at a barrier
+  Wait wait = Wait::none;
+  // at a warp operation (or a barrier: value is the predicate)
+  WarpOp op = WarpOp::sync;
+  unsigned mask = 0;
+  int arg = 0, width = 32;
+  uint64_t value = 0, result = 0;
 };
+
+// Lanes of one warp waiting at the same operation (same kind, same mask).
+struct Pending {
+  WarpOp op;
+  unsigned mask;
+  unsigned arrived;
+};
+
+constexpr unsigned kMaxWarps = 1024 / 32;
 
 struct Block {
   ucontext_t sched;
   std::vector<Fiber> fibers;
   std::vector<char*> stacks;  // kept across launches
   unsigned current = 0;
+  unsigned threads = 0;
   void (*body)(void*) = nullptr;
   void* arg = nullptr;
   size_t smem_bytes = 0;  // dynamic shared memory of the current launch
+  bool failed = false;    // a thread broke a rule (stderr says which); the block is abandoned
+  std::vector<Pending> pending[kMaxWarps];
+  unsigned exited[kMaxWarps] = {};  // lanes that returned, per warp
 };
 Block& block() {
   static Block b;
@@ -136,6 +156,7 @@ void trampoline() {
   Block& b = block();
   b.body(b.arg);
   b.fibers[b.current].done = true;  // returns to b.sched through uc_link
+  b.exited[b.current / 32] |= 1u << (b.current % 32);
 }
 
 char* stack_for(unsigned t) {
@@ -208,11 +229,199 @@ void reset_errors() {
   g_sticky = cudaSuccess;
 }
 
+namespace {
+
+const char* op_name(WarpOp op) {
+  switch (op) {
+    case WarpOp::sync: return "__syncwarp";
+    case WarpOp::shfl_idx: return "__shfl_sync";
+    case WarpOp::shfl_up: return "__shfl_up_sync";
+    case WarpOp::shfl_down: return "__shfl_down_sync";
+    case WarpOp::shfl_bfly: return "__shfl_xor_sync";
+    case WarpOp::ballot: return "__ballot_sync";
+    case WarpOp::any: return "__any_sync";
+    case WarpOp::all: return "__all_sync";
+    case WarpOp::match_any: return "__match_any_sync";
+    case WarpOp::match_all: return "__match_all_sync";
+    case WarpOp::reduce_add: return "__reduce_add_sync";
+    case WarpOp::reduce_min_u:
+    case WarpOp::reduce_min_s: return "__reduce_min_sync";
+    case WarpOp::reduce_max_u:
+    case WarpOp::reduce_max_s: return "__reduce_max_sync";
+    case WarpOp::reduce_and: return "__reduce_and_sync";
+    case WarpOp::reduce_or: return "__reduce_or_sync";
+    case WarpOp::reduce_xor: return "__reduce_xor_sync";
+  }
+  return "?";
+}
+
+// The lanes of warp w that exist in a block of `threads` threads.
+unsigned existing_lanes(unsigned w, unsigned threads) {
+  const unsigned n = threads - w * 32;
+  return n >= 32 ? 0xffffffffu : (1u << n) - 1u;
+}
+
+// Reports a rule the calling thread broke, abandons the block (the launch fails).
+[[noreturn]] void thread_fails(WarpOp op, const char* what, unsigned mask, unsigned lanes) {
+  Block& b = block();
+  const unsigned t = b.current;
+  std::fprintf(stderr, "[cuda-emu] block (%u, %u, %u) thread %u (warp %u, lane %u): %s(mask 0x%08x): ", blockIdx.x,
+               blockIdx.y, blockIdx.z, t, t / 32, t % 32, op_name(op), mask);
+  std::fprintf(stderr, what, lanes);
+  std::fputc('\n', stderr);
+  b.failed = true;
+  swapcontext(&b.fibers[t].ctx, &b.sched);
+  std::abort();  // never resumed
+}
+
+constexpr uint64_t kPoison = 0xA5A5A5A5A5A5A5A5ull;  // a shuffle's read of a lane outside the mask
+
+// Gives every lane of the complete group g of warp w its result (PTX's semantics).
+void release(unsigned w, const Pending& g) {
+  Block& b = block();
+  Fiber* lanes = &b.fibers[w * 32];
+  const unsigned m = g.mask;
+  uint64_t common = 0;  // the votes' and reductions' one result
+  switch (g.op) {
+    case WarpOp::ballot:
+    case WarpOp::any:
+    case WarpOp::all: {
+      unsigned yes = 0;
+      for (unsigned l = 0; l < 32; ++l)
+        if ((m >> l & 1u) && lanes[l].value) yes |= 1u << l;
+      common = g.op == WarpOp::ballot ? yes : g.op == WarpOp::any ? yes != 0 : yes == m;
+      break;
+    }
+    case WarpOp::reduce_add:
+    case WarpOp::reduce_min_u:
+    case WarpOp::reduce_max_u:
+    case WarpOp::reduce_min_s:
+    case WarpOp::reduce_max_s:
+    case WarpOp::reduce_and:
+    case WarpOp::reduce_or:
+    case WarpOp::reduce_xor: {
+      bool first = true;
+      uint32_t r = 0;
+      for (unsigned l = 0; l < 32; ++l) {
+        if (!(m >> l & 1u)) continue;
+        const uint32_t v = uint32_t(lanes[l].value);
+        if (first) {
+          r = v;
+          first = false;
+          continue;
+        }
+        switch (g.op) {
+          case WarpOp::reduce_add: r += v; break;
+          case WarpOp::reduce_min_u: r = v < r ? v : r; break;
+          case WarpOp::reduce_max_u: r = v > r ? v : r; break;
+          case WarpOp::reduce_min_s: r = int32_t(v) < int32_t(r) ? v : r; break;
+          case WarpOp::reduce_max_s: r = int32_t(v) > int32_t(r) ? v : r; break;
+          case WarpOp::reduce_and: r &= v; break;
+          case WarpOp::reduce_or: r |= v; break;
+          default: r ^= v; break;
+        }
+      }
+      common = r;
+      break;
+    }
+    case WarpOp::match_all: {
+      bool same = true;
+      const uint64_t v0 = lanes[__builtin_ctz(m)].value;
+      for (unsigned l = 0; l < 32; ++l)
+        if ((m >> l & 1u) && lanes[l].value != v0) same = false;
+      common = same ? m : 0;
+      break;
+    }
+    default: break;
+  }
+  for (unsigned l = 0; l < 32; ++l) {
+    if (!(m >> l & 1u)) continue;
+    Fiber& f = lanes[l];
+    uint64_t r = common;
+    switch (g.op) {
+      case WarpOp::shfl_idx:
+      case WarpOp::shfl_up:
+      case WarpOp::shfl_down:
+      case WarpOp::shfl_bfly: {
+        // CUDA's c operand: segment mask (32 - width) << 8, clamp 31 (0 for up)
+        const int seg = (32 - f.width) & 31, b5 = f.arg & 31, lane = int(l);
+        const int first = lane & seg, last = first | (31 & ~seg);
+        int j = lane;
+        bool in = true;
+        switch (g.op) {
+          case WarpOp::shfl_idx: j = first | (b5 & ~seg); in = j <= last; break;
+          case WarpOp::shfl_up: j = lane - b5; in = j >= first; break;
+          case WarpOp::shfl_down: j = lane + b5; in = j <= last; break;
+          default: j = lane ^ b5; in = j <= last; break;
+        }
+        if (!in) j = lane;
+        r = (m >> j & 1u) ? lanes[j].value : kPoison;
+        break;
+      }
+      case WarpOp::match_any: {
+        unsigned same = 0;
+        for (unsigned k = 0; k < 32; ++k)
+          if ((m >> k & 1u) && lanes[k].value == f.value) same |= 1u << k;
+        r = same;
+        break;
+      }
+      default: break;
+    }
+    f.result = r;
+    f.wait = Wait::none;
+  }
+}
+
+// Why nothing in the block can go on: reports the first stuck warp operation.
+void report_deadlock(unsigned threads) {
+  Block& b = block();
+  for (unsigned w = 0; w * 32 < threads; ++w)
+    for (const Pending& g : b.pending[w]) {
+      const unsigned missing = g.mask & ~g.arrived;
+      const unsigned l = unsigned(__builtin_ctz(missing));
+      const Fiber& f = b.fibers[w * 32 + l];
+      char why[128];
+      if (f.done)
+        std::snprintf(why, sizeof why, "it has exited");
+      else if (f.wait == Wait::barrier)
+        std::snprintf(why, sizeof why, "it waits at __syncthreads()");
+      else
+        std::snprintf(why, sizeof why, "it waits at %s(mask 0x%08x)", op_name(f.op), f.mask);
+      std::fprintf(stderr,
+                   "[cuda-emu] block (%u, %u, %u) warp %u: lanes 0x%08x wait at %s(mask 0x%08x) that lane %u never "
+                   "reaches (%s)\n",
+                   blockIdx.x, blockIdx.y, blockIdx.z, w, g.arrived, op_name(g.op), g.mask, l, why);
+      return;
+    }
+  unsigned done = 0, waiting = 0;
+  for (const Fiber& f : b.fibers) {
+    done += f.done ? 1u : 0u;
+    waiting += f.wait == Wait::barrier ? 1u : 0u;
+  }
+  std::fprintf(stderr,
+               "[cuda-emu] block (%u, %u, %u): %u thread(s) wait at __syncthreads() that %u returned "
+               "thread(s) never reach\n",
+               blockIdx.x, blockIdx.y, blockIdx.z, waiting, done);
+}
+
+}  // namespace
+
+// A fiber runs until it returns or waits: at a barrier or at a warp
+// operation. A warp operation is released by the last lane of its mask to
+// arrive (which goes on without a switch); a barrier once every thread of the
+// block waits at it. When no fiber can run and not all have returned, the
+// launch fails (a GPU would hang or compute garbage).
 bool run_block(unsigned threads, void (*body)(void*), void* arg) {
   Block& b = block();
   b.body = body;
   b.arg = arg;
+  b.threads = threads;
+  b.failed = false;
   b.fibers.assign(threads, Fiber());
+  for (unsigned w = 0; w < kMaxWarps; ++w) {
+    b.pending[w].clear();
+    b.exited[w] = 0;
+  }
   std::memset(dynamic_smem(), kFill, b.smem_bytes);
   std::memset(__start_dq_emu_shared, kFill, size_t(__stop_dq_emu_shared - __start_dq_emu_shared));
   for (unsigned t = 0; t < threads; ++t) {
@@ -225,42 +434,103 @@ bool run_block(unsigned threads, void (*body)(void*), void* arg) {
   }
   const bool rev = reverse_order();
   for (;;) {
-    unsigned done = 0, waiting = 0;
+    bool ran = false;
     for (unsigned k = 0; k < threads; ++k) {
       const unsigned t = rev ? threads - 1 - k : k;
       Fiber& f = b.fibers[t];
-      if (f.done) continue;
-      f.waiting = false;
+      if (f.done || f.wait != Wait::none) continue;
+      ran = true;
       b.current = t;
       set_thread_index(t);
       swapcontext(&b.sched, &f.ctx);
+      if (b.failed) return false;  // the waiting fibers are abandoned (their stacks are reused)
     }
+    if (ran) continue;  // lanes released by a later thread of this pass
+    unsigned done = 0, at_barrier = 0;
     for (const Fiber& f : b.fibers) {
       done += f.done ? 1u : 0u;
-      waiting += f.waiting ? 1u : 0u;
+      at_barrier += f.wait == Wait::barrier ? 1u : 0u;
     }
     if (done == threads) return true;
-    if (done > 0) {
-      std::fprintf(stderr,
-                   "[cuda-emu] block (%u, %u, %u): %u thread(s) wait at __syncthreads() that %u returned "
-                   "thread(s) never reach\n",
-                   blockIdx.x, blockIdx.y, blockIdx.z, waiting, done);
-      // the waiting fibers are abandoned (their stacks are reused)
-      return false;
+    if (at_barrier == threads) {
+      uint64_t count = 0, all = 1, any = 0;
+      for (const Fiber& f : b.fibers) {
+        count += f.value;
+        all &= f.value;
+        any |= f.value;
+      }
+      for (Fiber& f : b.fibers) {
+        f.result = f.op == WarpOp::all ? all : f.op == WarpOp::any ? any : count;
+        f.wait = Wait::none;
+      }
+      continue;
     }
+    report_deadlock(threads);
+    return false;
   }
+}
+
+uint64_t warp_op(WarpOp op, unsigned mask, uint64_t value, int arg, int width) {
+  Block& b = block();
+  const unsigned t = b.current, w = t / 32, lane = t % 32;
+  Fiber& f = b.fibers[t];
+  if (!(mask >> lane & 1u)) thread_fails(op, "the mask does not name the calling lane %u", mask, lane);
+  const unsigned exist = existing_lanes(w, b.threads);
+  if (mask & ~exist)
+    thread_fails(op, "the mask names lanes the block does not have (this warp has lanes 0x%08x)", mask, exist);
+  if (mask & b.exited[w]) thread_fails(op, "the mask names lanes that have exited (0x%08x)", mask, mask & b.exited[w]);
+  if (width < 1 || width > 32 || (width & (width - 1)))
+    thread_fails(op, "shuffle width %u is not a power of two in [1, 32]", mask, unsigned(width));
+  f.op = op;
+  f.mask = mask;
+  f.value = value;
+  f.arg = arg;
+  f.width = width;
+  std::vector<Pending>& pend = b.pending[w];
+  size_t i = 0;
+  while (i < pend.size() && !(pend[i].op == op && pend[i].mask == mask)) ++i;
+  if (i == pend.size()) pend.push_back(Pending{op, mask, 0});
+  pend[i].arrived |= 1u << lane;
+  if (pend[i].arrived == mask) {
+    const Pending g = pend[i];
+    pend[i] = pend.back();
+    pend.pop_back();
+    release(w, g);  // this lane goes on at once
+  } else {
+    f.wait = Wait::warp;
+    swapcontext(&f.ctx, &b.sched);
+  }
+  return f.result;
+}
+
+unsigned active_mask() {
+  Block& b = block();
+  const unsigned w = b.current / 32;
+  return existing_lanes(w, b.threads) & ~b.exited[w];
 }
 
 }  // namespace dynamiq_cuda_emu
 
 using namespace dynamiq_cuda_emu;
 
-void __syncthreads() {
+namespace {
+
+uint64_t barrier(WarpOp kind, int predicate) {
   Block& b = block();
   Fiber& f = b.fibers[b.current];
-  f.waiting = true;
+  f.wait = Wait::barrier;
+  f.op = kind;  // which of count / and / or the thread wants
+  f.value = predicate != 0;
   swapcontext(&f.ctx, &b.sched);
+  return f.result;
 }
+
+}  // namespace
+
+void __syncthreads() { barrier(WarpOp::sync, 0); }
+int __syncthreads_count(int predicate) { return int(barrier(WarpOp::sync, predicate)); }
+int __syncthreads_and(int predicate) { return int(barrier(WarpOp::all, predicate)); }
+int __syncthreads_or(int predicate) { return int(barrier(WarpOp::any, predicate)); }
 
 namespace {
 

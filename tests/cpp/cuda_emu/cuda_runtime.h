@@ -8,12 +8,32 @@
 //   - a launch runs the grid one block after another (in linear index order, or
 //     in reverse with the threads below: a GPU orders blocks in no way); the threads of a block are
 //     fibers (ucontext) on one OS thread, each on its own stack, switched only at
-//     __syncthreads(). Between barriers the threads run one after the other in
+//     sync points: __syncthreads() (and _count/_and/_or) and the warp
+//     operations. Between sync points the threads run one after the other in
 //     index order, or in reverse order with DYNAMIQ_CUDA_EMU_ORDER=reverse: a
-//     missing barrier between a write and a read by another thread changes the
-//     result in at least one of the two orders.
+//     missing barrier or __syncwarp between a write and a read by another
+//     thread changes the result in at least one of the two orders.
 //   - a barrier that not every live thread of the block reaches (some threads
 //     returned, others wait) fails the launch, as it is undefined on a GPU.
+//   - warps (device_functions.h): a warp is 32 consecutive threads (linear
+//     index / 32). __syncwarp, __shfl*_sync (with width), __ballot/__any/
+//     __all/__match_*_sync and __reduce_*_sync are sync points for the lanes
+//     their mask names: a lane waits there until all of them have reached the
+//     same operation (kind and mask), then each gets PTX's result; the last
+//     lane to arrive goes on without a switch. A shuffle's read of a lane
+//     outside the mask gives 0xA5 bytes. The launch fails, with a message, if
+//     a mask leaves out the calling lane, names lanes the block does not have
+//     (a partial last warp) or lanes that have exited, or if lanes wait at
+//     different points so that nothing can go on. __activemask() answers the
+//     warp's lanes that have not exited: the emulation has no divergence, so
+//     it cannot show a mask taken from __activemask() inside a branch being
+//     too small (or a sync a GPU's reconvergence would have made implicit).
+//   - alignment: CUDA's vector types (vector_types.h) have CUDA's alignment,
+//     and the emulated targets build with -fsanitize=alignment (no recovery):
+//     a load or store through a float4* (uint4*, uint2*, ...; any typed
+//     pointer) that is not aligned to its type stops the program with
+//     "misaligned address", as a GPU faults. Not caught: accesses by memcpy
+//     or bytewise, and code under __CUDA_ARCH__ (not compiled here).
 //   - __shared__ variables are one static copy (blocks never overlap), set to
 //     0xA5 before every block (only in non-template, non-inline kernels: gcc
 //     keeps the static locals of templates and inline functions out of the
@@ -61,9 +81,11 @@
 //   - memory pools: cudaMallocFromPoolAsync / cudaFreeAsync allocate and free
 //     like cudaMalloc / cudaFree (at the call); whether the device reports
 //     pool support can be switched for tests of a fallback.
-// What it does not model: warps, the memory model between concurrently running
-// threads, device-only intrinsics (code under __CUDA_ARCH__ is not compiled
-// here: the host branches of the shared headers run), occupancy, timing.
+// What it does not model: lanes of a warp running in lock step (between sync
+// points they run one after the other, so code relying on implicit warp
+// synchronism fails here as it may on sm_70+), the memory model between
+// concurrently running threads, code under __CUDA_ARCH__ (not compiled here:
+// the host branches of the shared headers run), occupancy, timing.
 #pragma once
 
 #include <cstddef>
@@ -85,6 +107,10 @@
 // fills with 0xA5 before every block (shared memory starts undefined on a GPU).
 #define __shared__ static __attribute__((section("dq_emu_shared")))
 #define __align__(n) __attribute__((aligned(n)))
+#define __forceinline__ inline __attribute__((always_inline))
+#define __launch_bounds__(...)
+
+#include "vector_types.h"
 
 enum cudaError_t : int {
   cudaSuccess = 0,
@@ -141,9 +167,6 @@ struct cudaMemPoolProps {
 enum cudaMemPoolAttr : int { cudaMemPoolReuseAllowInternalDependencies = 3, cudaMemPoolAttrReleaseThreshold = 4 };
 enum cudaDeviceAttr : int { cudaDevAttrMemoryPoolsSupported = 115 };
 
-struct uint3 {
-  unsigned x, y, z;
-};
 struct dim3 {
   unsigned x, y, z;
   dim3(unsigned vx = 1, unsigned vy = 1, unsigned vz = 1) : x(vx), y(vy), z(vz) {}
@@ -196,6 +219,10 @@ cudaError_t cudaGetDeviceCount(int* count);
 const char* cudaGetErrorString(cudaError_t e);
 
 void __syncthreads();
+// __syncthreads() that also counts, ANDs or ORs a predicate over the block's threads
+int __syncthreads_count(int predicate);
+int __syncthreads_and(int predicate);
+int __syncthreads_or(int predicate);
 
 // Atomics: threads switch only at barriers, so a plain read-modify-write is atomic.
 template <typename T>
@@ -229,13 +256,16 @@ T atomicExch(T* p, T v) {
   return old;
 }
 
+#include "device_functions.h"  // warps, shuffles, votes, integer intrinsics
+
 namespace dynamiq_cuda_emu {
 
 // The lock every runtime call and every launch holds.
 std::unique_lock<std::recursive_mutex> lock();
 
 // Runs body(t) for every thread t of one block as fibers (see above); returns
-// false (and reports on stderr) when the block's barriers diverged.
+// false (and reports on stderr) when its barriers or warp operations diverged
+// or a warp operation broke a rule.
 bool run_block(unsigned threads, void (*body)(void*), void* arg);
 // Checks a launch configuration; sets the last error and returns false if bad.
 bool check_launch(dim3 grid, dim3 block, size_t smem);
