@@ -51,7 +51,7 @@ def main() -> None:
     ap.add_argument("--cpu", action="store_true", help="CPU processes on Gloo")
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--mode", default="dynamiq", choices=dynamiq.available_modes())
-    ap.add_argument("--bits", type=float, default=5.0)
+    ap.add_argument("--bits", type=float, default=None, help="the mode's bits (default: the mode's own)")
     ap.add_argument("--print-every", type=int, default=5, help="print state.summary() every N steps (0: never)")
     ap.add_argument("--check-resume", action="store_true", help="save halfway, reload, redo the second half, compare")
     ap.add_argument("--out", help="folder for one JSON per rank (hook state, totals, weight hashes)")
@@ -64,7 +64,7 @@ def main() -> None:
     loader = DataLoader(make_data(), batch_size=32, shuffle=False)
     model, opt, loader = accelerator.prepare(model, opt, loader)
 
-    state = dynamiq.HookState(dynamiq.Config(mode=args.mode, bits=args.bits))
+    state = dynamiq.HookState(dynamiq.Config(mode=args.mode, **({} if args.bits is None else {"bits": args.bits})))
     if isinstance(model, DistributedDataParallel):  # (one process: no DDP, nothing to compress)
         model.register_comm_hook(state, dynamiq.comm_hook)
     accelerator.register_for_checkpointing(state)

@@ -64,7 +64,7 @@ def main() -> None:
     ap.add_argument("--backend", default="gloo", help="gloo (CPU tensors) or nccl (one GPU per process)")
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--mode", default="dynamiq", choices=dynamiq.available_modes())
-    ap.add_argument("--bits", type=float, default=5.0)
+    ap.add_argument("--bits", type=float, default=None, help="the mode's bits (default: the mode's own)")
     ap.add_argument("--all-gather", default="lossless", choices=["lossless", "none", "torch"],
                     help="parameter all-gather: dynamiq lossless, dynamiq none, or FSDP2's own")
     ap.add_argument("--print-every", type=int, default=5)
@@ -82,7 +82,7 @@ def main() -> None:
     for block in model.blocks:
         fully_shard(block)
     fully_shard(model)
-    cfg = dynamiq.Config(mode=args.mode, bits=args.bits)
+    cfg = dynamiq.Config(mode=args.mode, **({} if args.bits is None else {"bits": args.bits}))
     state = dynamiq.fsdp.enable(model, cfg, all_gather=None if args.all_gather == "torch" else args.all_gather)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
 

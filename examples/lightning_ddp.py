@@ -59,7 +59,7 @@ def main() -> None:
     ap.add_argument("--accelerator", default="cpu")
     ap.add_argument("--steps", type=int, default=20, help="optimizer steps in all (max_steps)")
     ap.add_argument("--mode", default="dynamiq", choices=dynamiq.available_modes())
-    ap.add_argument("--bits", type=float, default=5.0)
+    ap.add_argument("--bits", type=float, default=None, help="the mode's bits (default: the mode's own)")
     ap.add_argument("--print-every", type=int, default=5, help="print state.summary() every N steps (0: never)")
     ap.add_argument("--save", help="write a Lightning checkpoint (with the hook's state) here at the end")
     ap.add_argument("--resume", help="resume from this checkpoint (trainer.fit(ckpt_path=...))")
@@ -67,7 +67,7 @@ def main() -> None:
     args = ap.parse_args()
 
     pl.seed_everything(0, verbose=False)
-    state = dynamiq.HookState(dynamiq.Config(mode=args.mode, bits=args.bits))  # no process group yet
+    state = dynamiq.HookState(dynamiq.Config(mode=args.mode, **({} if args.bits is None else {"bits": args.bits})))  # no process group yet
     trainer = pl.Trainer(
         accelerator=args.accelerator, devices=args.devices, max_steps=args.steps,
         strategy=DDPStrategy(ddp_comm_state=state, ddp_comm_hook=dynamiq.comm_hook),

@@ -37,13 +37,13 @@ def main() -> None:
     ap.add_argument("--backend", default="gloo", help="gloo (CPU tensors) or nccl (one GPU per process)")
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--mode", default="dynamiq", choices=dynamiq.available_modes())
-    ap.add_argument("--bits", type=float, default=5.0)
+    ap.add_argument("--bits", type=float, default=None, help="the mode's bits (default: the mode's own)")
     ap.add_argument("--print-every", type=int, default=5, help="print state.summary() every N steps (0: never)")
     ap.add_argument("--tensorboard", metavar="DIR", help="write state.scalars() to TensorBoard here (rank 0)")
     ap.add_argument("--out", help="folder for one JSON per rank (hook state, totals, weight hash)")
     args = ap.parse_args()
 
-    state = dynamiq.HookState(dynamiq.Config(mode=args.mode, bits=args.bits))  # no process group yet
+    state = dynamiq.HookState(dynamiq.Config(mode=args.mode, **({} if args.bits is None else {"bits": args.bits})))  # no process group yet
     dist.init_process_group(args.backend)  # torchrun's environment: RANK, WORLD_SIZE, MASTER_ADDR, ...
     rank = dist.get_rank()
     device = torch.device("cpu")

@@ -9,16 +9,18 @@
 namespace dynamiq {
 
 // The built-in modes, one line each: name (Config.mode), id (part of the wire
-// fingerprint: never renumber or reuse one) and the scheme factory that the
-// codec's folder defines in its *_scheme.cc.
-#define DQ_BUILTIN_CODECS(X)             \
-  X("none", 0, make_identity_scheme)     \
-  X("dynamiq", 1, make_dynamiq_scheme)   \
-  X("lossless", 2, make_lossless_scheme) \
-  X("bitsplit", 3, make_bitsplit_scheme) \
-  X("bounded", 4, make_bounded_scheme)
+// fingerprint: never renumber or reuse one), the scheme factory and the
+// parameter declarations that the codec's folder defines in its *_scheme.cc.
+#define DQ_BUILTIN_CODECS(X)                                        \
+  X("none", 0, make_identity_scheme, identity_params)               \
+  X("dynamiq", 1, make_dynamiq_scheme, dynamiq_params)              \
+  X("lossless", 2, make_lossless_scheme, lossless_params)           \
+  X("bitsplit", 3, make_bitsplit_scheme, bitsplit_params)           \
+  X("bounded", 4, make_bounded_scheme, bounded_params)
 
-#define DQ_DECLARE_FACTORY(name, id, factory) std::unique_ptr<Scheme> factory(const CollectiveConfig& cfg);
+#define DQ_DECLARE_FACTORY(name, id, factory, params) \
+  std::unique_ptr<Scheme> factory(const ParamSet& p); \
+  std::vector<ParamDecl> params();
 DQ_BUILTIN_CODECS(DQ_DECLARE_FACTORY)
 #undef DQ_DECLARE_FACTORY
 
@@ -28,20 +30,29 @@ struct Entry {
   std::string name;
   Mode id;
   SchemeFactory make_scheme;
+  std::vector<ParamDecl> params;
   std::map<std::string, DeviceCodecFactory, std::less<>> devices;
 };
 
 class Registry {
  public:
   Registry() {
-#define DQ_REGISTER(name, id, factory) add(name, Mode(id), factory);
+#define DQ_REGISTER(name, id, factory, params) add(name, Mode(id), factory, params());
     DQ_BUILTIN_CODECS(DQ_REGISTER)
 #undef DQ_REGISTER
   }
 
-  void add(const std::string& name, Mode id, SchemeFactory f) {
+  void add(const std::string& name, Mode id, SchemeFactory f, std::vector<ParamDecl> params) {
     DQ_CHECK(!name.empty(), "register_codec: empty mode name");
     DQ_CHECK(f != nullptr, "register_codec: mode '" + name + "' has no scheme factory");
+    for (size_t i = 0; i < params.size(); ++i) {
+      const ParamDecl& d = params[i];
+      DQ_CHECK(!d.name.empty(), "register_codec: mode '" + name + "': a parameter without a name");
+      for (size_t j = 0; j < i; ++j)
+        DQ_CHECK(params[j].name != d.name, "register_codec: mode '" + name + "': parameter '" + d.name +
+                                               "' is declared twice");
+      if (d.has_default) d.check(d.def, d.show(d.def) + " (its default)");
+    }
     std::lock_guard<std::mutex> lock(mu_);
     for (const auto& e : entries_) {
       DQ_CHECK(e->name != name, "register_codec: mode '" + name + "' is already registered");
@@ -52,6 +63,7 @@ class Registry {
     e->name = name;
     e->id = id;
     e->make_scheme = std::move(f);
+    e->params = std::move(params);
     entries_.push_back(std::move(e));
   }
 
@@ -139,9 +151,9 @@ Registry& registry() {
 
 }  // namespace
 
-void register_codec(const std::string& name, Mode id, SchemeFactory make_scheme) {
+void register_codec(const std::string& name, Mode id, SchemeFactory make_scheme, std::vector<ParamDecl> params) {
   DQ_CHECK(id != kModeAuto && name != "auto", "register_codec: id 255 and the name 'auto' are mode auto's");
-  registry().add(name, id, std::move(make_scheme));
+  registry().add(name, id, std::move(make_scheme), std::move(params));
 }
 
 void register_device_codec(std::string_view mode, std::string_view device, DeviceCodecFactory f) {
@@ -157,14 +169,27 @@ const char* mode_name(Mode id) {
   return e ? e->name.c_str() : "?";
 }
 
-std::unique_ptr<Scheme> make_scheme(const CollectiveConfig& cfg) {
-  const Entry* e = registry().find(cfg.mode);
+bool mode_is_registered(Mode id) { return registry().find(id) != nullptr; }
+
+const std::vector<ParamDecl>& mode_params(Mode id) {
+  const Entry* e = registry().find(id);
   if (!e)
-    throw Error("mode id " + std::to_string(int(cfg.mode)) + " is not available in this build (registered modes: " +
+    throw Error("mode id " + std::to_string(int(id)) + " is not available in this build (registered modes: " +
                 registry().names() + ")");
-  std::unique_ptr<Scheme> s = e->make_scheme(cfg);
+  return e->params;
+}
+
+std::unique_ptr<Scheme> make_scheme(Mode mode, const ParamSet& given) {
+  const Entry* e = registry().find(mode);
+  if (!e) {
+    if (mode == kModeAuto)  // (callers resolve auto to its candidates first)
+      throw Error("mode 'auto' is not a codec: it picks one of auto_lossy, lossless and none per bucket");
+    throw Error("mode id " + std::to_string(int(mode)) + " is not available in this build (registered modes: " +
+                registry().names() + ")");
+  }
+  std::unique_ptr<Scheme> s = e->make_scheme(resolve_params(e->params, given, e->name));
   DQ_CHECK(s != nullptr, "mode '" + e->name + "': the scheme factory returned no scheme");
-  s->mode_ = cfg.mode;
+  s->mode_ = mode;
   return s;
 }
 

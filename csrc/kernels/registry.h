@@ -1,7 +1,8 @@
 // The codec registry: the one place a mode is listed. An entry maps
 //   name (Config.mode) -> id (CollectiveConfig::mode, part of the wire
-//   fingerprint) -> scheme factory (validates the config, plans) -> the
-//   scheme's CPU codec -> per device, the device codec factory.
+//   fingerprint) -> its parameters (params.h: name, type, default, range, doc,
+//   fingerprint) -> scheme factory (validates the parameters together, plans)
+//   -> the scheme's CPU codec -> per device, the device codec factory.
 // The built-in modes are one line each in registry.cc; the CUDA library adds
 // their CUDA codecs (registry_cuda.cu, when the CUDA device is first used), so
 // the torch-free core needs no CUDA. register_codec adds a mode at run time
@@ -15,15 +16,16 @@
 #include <string_view>
 #include <vector>
 
-#include "hook/collective/config.h"
+#include "kernels/params.h"
 #include "kernels/scheme.h"
 
 namespace dynamiq {
 
-// Builds a mode's scheme for a config: throws Error for a config the mode
-// rejects (group sizes, eps, widths, bits, ...), so that a config it accepts
-// never fails inside a collective for its own sake.
-using SchemeFactory = std::function<std::unique_ptr<Scheme>(const CollectiveConfig& cfg)>;
+// Builds a mode's scheme from its parameters, resolved (resolve_params: each one checked against
+// its declaration, every default filled in): throws Error for a combination the mode rejects
+// (group sizes, eps, widths, bits, ...), so that parameters it accepts never fail inside a
+// collective for their own sake.
+using SchemeFactory = std::function<std::unique_ptr<Scheme>(const ParamSet& params)>;
 
 // A mode's part on one kind of device (Device::name()), registered by that
 // device's library.
@@ -48,10 +50,11 @@ const C& host_codec_as(const Codec& host) {
   return *c;
 }
 
-// Adds a mode. Throws Error for an empty name or factory, or a name or id
-// that is taken, and for id 255 or the name "auto" (mode auto, config.h kModeAuto).
-// Entries stay for the life of the process.
-void register_codec(const std::string& name, Mode id, SchemeFactory make_scheme);
+// Adds a mode with its parameters. Throws Error for an empty name or factory, a name or id that
+// is taken, id 255 or the name "auto" (mode auto, kModeAuto), and for a parameter named twice or
+// whose default its own declaration refuses. Entries stay for the life of the process.
+void register_codec(const std::string& name, Mode id, SchemeFactory make_scheme,
+                    std::vector<ParamDecl> params = {});
 // Adds (mode, device)'s device codec factory. Throws Error for an unknown
 // mode, a missing make_codec, or a pair that already has one.
 void register_device_codec(std::string_view mode, std::string_view device, DeviceCodecFactory f);
@@ -66,10 +69,15 @@ std::vector<ModeInfo> registered_modes();
 Mode mode_id(std::string_view name);
 // The name of a registered mode, "?" for an id nobody registered.
 const char* mode_name(Mode id);
+bool mode_is_registered(Mode id);
+// A registered mode's parameter declarations (Error for an unregistered one).
+const std::vector<ParamDecl>& mode_params(Mode id);
 
-// The scheme of cfg.mode (its factory, then Scheme::mode() set to cfg.mode).
-// Throws Error for an unregistered mode and for a config the mode rejects.
-std::unique_ptr<Scheme> make_scheme(const CollectiveConfig& cfg);
+// The scheme of `mode` for the given parameters: resolve_params, then the mode's factory, then
+// Scheme::mode() set. Throws Error for an unregistered mode, a parameter the mode does not
+// declare or a value its declaration refuses (naming the mode's parameters), and for a
+// combination the factory rejects. (hook/collective/config.h has the CollectiveConfig form.)
+std::unique_ptr<Scheme> make_scheme(Mode mode, const ParamSet& given);
 
 // (mode, d.name())'s device codec for the CPU codec `host`, and its device
 // local pass. Throw Error when the device has none for the mode.

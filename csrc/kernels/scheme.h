@@ -9,7 +9,7 @@
 #include "kernels/base/nonfinite.h"
 #include "kernels/codec.h"
 #include "kernels/device.h"
-#include "hook/collective/config.h"
+#include "kernels/params.h"
 
 namespace dynamiq {
 
@@ -89,11 +89,18 @@ class Scheme {
   virtual Plan make_shard_plan(DType dtype, int64_t numel, int shards, int world, const float* global_stats,
                                PlanState& state, PlanInfo& info) const;
 
+  // The randomness flags of the scheme's rounding (RngCtx::correlated, ::stochastic), from its
+  // parameters: the driver starts from RngCtx's defaults and lets the scheme set its own.
+  virtual void set_rng_flags(RngCtx& rng) const { (void)rng; }
+  // Buckets of fewer elements take the exact path whatever min_compress_numel says (dynamiq: one
+  // super-group; the others: 256, the floor every mode had before modes had parameters).
+  virtual int64_t min_compressed_numel() const { return 256; }
+
   // The registry id of the mode this scheme was made for (make_scheme sets it).
   Mode mode() const { return mode_; }
 
  private:
-  friend std::unique_ptr<Scheme> make_scheme(const CollectiveConfig& cfg);
+  friend std::unique_ptr<Scheme> make_scheme(Mode mode, const ParamSet& given);
   Mode mode_ = kModeNone;
 };
 

@@ -22,7 +22,8 @@
 
 #include "hook/collective/collective.h"
 #include "hook/transport/inproc_transport.h"
-#include "kernels/bitsplit/bitsplit_codec.h"
+#include "../../tests/cpp/params_util.h"
+#include "kernels//bitsplit/bitsplit_codec.h"
 #include "kernels/base/float_bits.h"
 #include "kernels/base/parallel.h"
 
@@ -172,9 +173,9 @@ void allreduce_table(int64_t n) {
           CollectiveConfig cfg;
           cfg.mode = mode == 0 ? mode_id("bitsplit") : mode_id("none");
           cfg.topology = topo;
-          cfg.bits = st.bits;
-          cfg.spike_reserve = st.sp;
-          cfg.stochastic = st.st;
+          cfg.params.set("bits", double(st.bits));
+          set_spike_reserve(cfg.params, st.sp);
+          cfg.params.set("rounding", (st.st) ? "stochastic" : "nearest");
           cfg.seed = 42;
           out = in;
           InprocWorld w(world);

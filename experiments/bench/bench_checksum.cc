@@ -188,8 +188,7 @@ CodecRow time_codec(const std::string& name, const CollectiveConfig& cfg, const 
   RngCtx rng;
   rng.key = make_rng_key(cfg.seed, 1);
   rng.world = world;
-  rng.correlated = cfg.correlated;
-  rng.stochastic = cfg.stochastic;
+  scheme->set_rng_flags(rng);
   Local local;
   local.bucket = x.data();
   // every block's message, as a peer's leaf compress writes it
@@ -294,13 +293,13 @@ int main(int argc, char** argv) {
   CollectiveConfig c;
   c.mode = mode_id("dynamiq");
   modes.push_back({"dynamiq, bits 5 (correlated rounding)", c});
-  c.correlated = false;
+  c.params.set("rounding", (false) ? "correlated" : "independent");
   modes.push_back({"dynamiq, bits 5, independent rounding", c});
   c = CollectiveConfig{};
   c.mode = mode_id("lossless");
   modes.push_back({"lossless", c});
   c.mode = mode_id("bitsplit");
-  c.bits = 4;
+  c.params.set("bits", double(4));
   modes.push_back({"bitsplit, bits 4", c});
   c = CollectiveConfig{};
   modes.push_back({"none (identity)", c});

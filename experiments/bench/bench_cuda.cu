@@ -116,7 +116,6 @@ void host_time_per_collective(DType dt, int calls) {
     for (const char* mode : {"none", "dynamiq", "bitsplit", "lossless"}) {
       CollectiveConfig cfg;
       cfg.mode = mode_id(mode);
-      cfg.bits = std::string(mode) == "bitsplit" ? 4.0 : 5.0;
       cfg.min_compress_numel = 0;  // the codec's path even for the small bucket
       std::vector<double> ms;
       InprocWorld world(2, std::chrono::seconds(60), &cuda::device_memory());
@@ -216,7 +215,6 @@ int main(int argc, char** argv) {
     for (const char* mode : {"none", "dynamiq", "bitsplit", "lossless"}) {
       CollectiveConfig cfg;
       cfg.mode = mode_id(mode);
-      cfg.bits = std::string(mode) == "bitsplit" ? 4.0 : 5.0;
       const std::unique_ptr<Scheme> scheme = make_scheme(cfg);
       // the plan of a 2-rank all-reduce whose ranks hold these values
       std::vector<float> stats(size_t(scheme->stats_count(dt, numel)));

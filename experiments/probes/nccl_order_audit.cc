@@ -33,7 +33,6 @@ int main() {
         CollectiveConfig cfg;
         cfg.mode = mode;
         cfg.topology = topo;
-        cfg.bits = mode == mode_id("bitsplit") ? 4.0 : 5.0;
         cfg.block_bytes = 4096;  // several blocks per chunk
         std::vector<std::vector<float>> x(static_cast<size_t>(n), std::vector<float>(size_t(numel)));
         std::mt19937 g{uint32_t(n)};

@@ -11,7 +11,11 @@ import torch.distributed as dist
 from . import _C
 from ._groups import _group_devices, _not_a_member, resolve_group  # noqa: F401 (resolve_group: re-exported)
 from ._worker import worker_for
-from .config import Config
+from .config import AUTO, TOPOLOGIES, Config, exact_modes, topology_supports
+
+
+def _exact_list() -> str:
+    return " or ".join(repr(m) for m in exact_modes())
 
 DynamiqError = _C.DynamiqError
 TransportError = _C.TransportError
@@ -218,6 +222,20 @@ def _config_of(config, fn: str) -> Config:
     return config
 
 
+def check_sharded_config(config: Config, collective: str, who: str) -> None:
+    """Raises DynamiqError, where the config is given, for what a reduce-scatter or all-gather
+    cannot run: mode "auto" (its cost model and its choice are the all-reduce's) and a topology
+    that runs all-reduces only. (They would otherwise fail at the first collective, on every rank.)"""
+    what = collective.replace("_", "-")
+    if config.mode == AUTO:
+        raise DynamiqError(f"{who}: mode 'auto' runs all-reduces only (it picks per bucket among "
+                           f"{config.auto_lossy!r}, 'lossless' and 'none' from a cost model of the all-reduce); "
+                           f"a {what} needs a mode named: e.g. {config.auto_lossy!r} or 'lossless'")
+    if not topology_supports(config.topology, collective):
+        raise DynamiqError(f"{who}: topology {config.topology!r} runs all-reduces only; a {what} runs on "
+                           f"{', '.join(repr(t) for t in TOPOLOGIES if topology_supports(t, collective))}")
+
+
 def shard_error(kind: str, output: torch.Tensor, input: torch.Tensor, world: int,
                 group_name: Optional[str] = None) -> Tuple[int, str]:
     """(error code, message) for an (output, input) pair that a reduce-scatter (`kind`
@@ -378,7 +396,9 @@ def reduce_scatter(output: torch.Tensor, input: torch.Tensor, config: Optional[C
 
     Returns None, or with `async_op=True` a `torch.futures.Future` whose value is `output`.
     """
-    return _issue_sharded("reduce_scatter", output, input, _config_of(config, "reduce_scatter"), group,
+    config = _config_of(config, "reduce_scatter")
+    check_sharded_config(config, "reduce_scatter", "dynamiq.reduce_scatter")
+    return _issue_sharded("reduce_scatter", output, input, config, group,
                           _op_of(op, "reduce_scatter"), async_op)
 
 
@@ -395,9 +415,10 @@ def all_gather(output: torch.Tensor, input: torch.Tensor, config: Optional[Confi
     Returns None, or with `async_op=True` a `torch.futures.Future` whose value is `output`.
     """
     config = _config_of(config, "all_gather")
-    if config.mode not in ("none", "lossless"):
-        raise DynamiqError(f"dynamiq.all_gather: mode {config.mode!r} is lossy; an all-gather runs in mode "
-                           "'lossless' or 'none' (parameters must arrive exact)")
+    check_sharded_config(config, "all_gather", "dynamiq.all_gather")
+    if config.mode not in exact_modes():
+        raise DynamiqError(f"dynamiq.all_gather: mode {config.mode!r} is not exact; an all-gather runs in an exact "
+                           f"mode ({_exact_list()}): parameters must arrive exact")
     return _issue_sharded("all_gather", output, input, config, group, "sum", async_op)
 
 
@@ -443,8 +464,9 @@ def simulate(tensors: Sequence[torch.Tensor], config: Optional[Config] = None, o
         stats = _C.simulate([w.view(-1) for w in work], config._to_cpp(), op, seq, float(timeout),
                             bool(timeline))
         return (work, stats) if return_stats else work
-    if collective == "all_gather" and config.mode not in ("none", "lossless"):
-        raise DynamiqError(f"dynamiq.simulate: an all-gather runs in mode 'lossless' or 'none', not {config.mode!r}")
+    if collective == "all_gather" and config.mode not in exact_modes():
+        raise DynamiqError(f"dynamiq.simulate: an all-gather runs in an exact mode ({_exact_list()}), not "
+                           f"{config.mode!r}")
     n = len(work)
     k = _KINDS[collective]
     cpp = config._to_cpp()

@@ -89,16 +89,41 @@ def parse_sizes(text: str, dtype: str) -> List[int]:
     return sorted(sizes)
 
 
+# A row's "mode:VALUE" sets the mode's first declared parameter (bits for dynamiq and bitsplit,
+# error_bound for bounded: csrc/kernels/<codec>/<codec>_scheme.cc); without VALUE, the mode's
+# default, or for a parameter without one this benchmark's (gradient_like's scale for a bound).
+_BENCH_DEFAULTS = {"error_bound": 1e-5}
+
+
+def primary_param(mode: str) -> Optional[str]:
+    """The parameter a "mode:VALUE" row sets: the mode's first declared one (None: no parameter)."""
+    from .config import mode_params
+
+    return next(iter(mode_params(mode)), None)
+
+
 @dataclass(frozen=True)
 class ModeSpec:
     mode: str
-    bits: Optional[float] = None  # None: Config's default
+    bits: Optional[float] = None  # the value of primary_param(mode); None: its default
+
+    @property
+    def value(self) -> Optional[float]:
+        """The primary parameter's value this row runs with (given, else the mode's or the bench's default)."""
+        if self.bits is not None:
+            return self.bits
+        name = primary_param(self.mode)
+        if name is None:
+            return None
+        from .config import param_default
+
+        d = param_default(self.mode, name)
+        return float(d) if d is not None else _BENCH_DEFAULTS.get(name)
 
     @property
     def label(self) -> str:
-        if self.bits is None:
-            return self.mode
-        return f"{self.mode}:{self.bits:g}"
+        v = self.value
+        return self.mode if v is None else f"{self.mode}:{v:g}"
 
 
 def parse_modes(text: str) -> List[ModeSpec]:
@@ -107,10 +132,10 @@ def parse_modes(text: str) -> List[ModeSpec]:
         tok = tok.strip()
         mode, _, bits = tok.partition(":")
         if mode not in DYNAMIQ_MODES:
-            raise UsageError(f"unknown mode {tok!r}: expected none, dynamiq[:BITS], lossless, bitsplit[:BITS] "
-                             "or bounded[:ERROR_BOUND]")
-        if bits and mode in EXACT_MODES:
-            raise UsageError(f"mode {tok!r}: {mode} takes no bit width")
+            forms = [m if primary_param(m) is None else f"{m}[:{primary_param(m).upper()}]" for m in DYNAMIQ_MODES]
+            raise UsageError(f"unknown mode {tok!r}: expected one of {', '.join(forms)}")
+        if bits and primary_param(mode) is None:
+            raise UsageError(f"mode {tok!r}: {mode} takes no parameter")
         b = None
         if bits:
             try:
@@ -241,12 +266,9 @@ def make_config(spec: ModeSpec, topology: str, args: argparse.Namespace):
     kw = dict(args.overrides)
     kw.setdefault("seed", args.seed)
     kw.update(mode=spec.mode, topology=topology)
-    if spec.mode == "bounded":  # bounded:E is the absolute error bound (default 1e-5, gradient_like's scale)
-        kw["error_bound"] = spec.bits if spec.bits is not None else 1e-5
-    elif spec.bits is not None:
-        kw["bits"] = spec.bits
-    elif spec.mode == "bitsplit":
-        kw["bits"] = 4  # (Config's default 5.0 is dynamiq's; bitsplit's usual width is 4)
+    name = primary_param(spec.mode)
+    if name is not None and spec.value is not None:
+        kw[name] = spec.value
     return Config(**kw)
 
 
@@ -373,6 +395,7 @@ class Row:
     speedup: Optional[float] = None
     wire_bytes: Optional[float] = None  # bytes one rank sent per call (data + metadata, max over ranks)
     wire_ratio: Optional[float] = None  # wire_bytes / the bytes of the uncompressed ring (Collective.raw_wire_bytes)
+    param: Optional[str] = None  # what `bits` holds: the mode's primary parameter (bits, error_bound)
     bits_per_coord: Optional[float] = None  # dynamiq's statistic (for lossless an upper bound, not the wire's)
     path: Optional[str] = None
     vnmse: Optional[float] = None  # mean over the timed iterations, max over ranks
@@ -382,6 +405,15 @@ class Row:
     @property
     def label(self) -> str:
         return self.mode if self.bits is None else f"{self.mode}:{self.bits:g}"
+
+
+def _row_dict(r: "Row") -> dict:
+    """A row for --json: its primary parameter under its own name (a bounded row records
+    "error_bound", not "bits")."""
+    d = asdict(r)
+    if r.param is not None and r.param != "bits":
+        d[r.param] = d.pop("bits")
+    return d
 
 
 def _sync(device) -> None:
@@ -607,8 +639,9 @@ def run_rank(args: argparse.Namespace, argv: Sequence[str]) -> int:
             for label, spec, topo in cases:
                 row = Row(cname, size, count, args.dtype, spec.mode if spec else label,
                           spec.bits if spec else None, topo, world)
-                if spec is not None and spec.mode not in EXACT_MODES:
-                    row.bits = float(make_config(spec, topo, args).bits)  # (the default, if not given)
+                if spec is not None and spec.value is not None:
+                    row.bits = float(spec.value)  # the primary parameter's value (row.param names it)
+                    row.param = primary_param(spec.mode)
                 if group_broken:
                     row.error = "not run: an earlier row broke the process group"
                 else:
@@ -646,7 +679,7 @@ def run_rank(args: argparse.Namespace, argv: Sequence[str]) -> int:
                    "dtype": args.dtype, "warmup": args.warmup, "iters": args.iters, "seed": args.seed,
                    "config_overrides": {k: list(v) if isinstance(v, tuple) else v for k, v in args.overrides.items()},
                    "machine": machine_info(device), "time_unit": "s", "bandwidth_unit": "bytes/s",
-                   "rows": [asdict(r) for r in rows]}
+                   "rows": [_row_dict(r) for r in rows]}
         if args.json:
             os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
             with open(args.json, "w") as f:

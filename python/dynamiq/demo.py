@@ -99,14 +99,15 @@ def _worker(rank: int, world: int, args: argparse.Namespace, store: str) -> None
     torch.manual_seed(0)
     model = TinyGPT(d=args.dim, layers=args.layers, ctx=args.ctx)
     ddp = DDP(model)
-    cfg = dynamiq.Config(mode=args.mode, topology=args.topology, bits=args.bits, seed=args.seed)
+    kw = {} if args.bits is None else {"bits": args.bits}  # None: the mode's default
+    cfg = dynamiq.Config(mode=args.mode, topology=args.topology, seed=args.seed, **kw)
     state = dynamiq.register(ddp, cfg)
     opt = torch.optim.AdamW(ddp.parameters(), lr=args.lr)
     data = corpus()
     nparams = sum(p.numel() for p in model.parameters())
     if rank == 0:
         print(f"dynamiq demo: {world} workers (Gloo, CPU), TinyGPT {nparams / 1e6:.2f} M params, "
-              f"config {cfg.mode}/{cfg.topology}" + (f" bits={cfg.bits}" if cfg.mode in ("dynamiq", "bitsplit") else ""),
+              f"config {cfg.mode}/{cfg.topology}" + (f" bits={cfg.bits}" if cfg.bits is not None else ""),
               flush=True)
     t_start = time.perf_counter()
     for step in range(args.steps):
@@ -156,7 +157,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--mode", default="dynamiq", help="a mode of dynamiq.available_modes() (default dynamiq)")
     p.add_argument("--topology", default="ring", choices=["ring", "butterfly", "twostep"])
     p.add_argument("--bits", type=float, default=None,
-                   help="dynamiq budget (default 5.0) / bitsplit width (default 4)")
+                   help="the mode's bits (its default when not given: dynamiq 5.0, bitsplit 4)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--dim", type=int, default=128)
     p.add_argument("--layers", type=int, default=2)
@@ -172,8 +173,11 @@ def parse_args(argv=None) -> argparse.Namespace:
 
     if args.mode not in dynamiq.available_modes():
         p.error(f"mode {args.mode!r} is not available in this build (available: {dynamiq.available_modes()})")
-    if args.bits is None:
-        args.bits = 4 if args.mode == "bitsplit" else 5.0
+    from dynamiq.config import mode_params
+
+    if args.bits is not None and "bits" not in mode_params(args.mode):
+        p.error(f"--bits: mode {args.mode!r} takes no bit budget (its parameters: "
+                f"{', '.join(mode_params(args.mode)) or 'none'})")
     return args
 
 

@@ -46,7 +46,8 @@ from ._groups import _not_a_member, resolve_group
 from ._worker import worker_for
 from .api import (SUPPORTED_DTYPES, DynamiqError, comm_device, ready_event, run_collective, run_sharded,
                   shard_error, wait_ready)
-from .config import Config
+from .config import Config, exact_modes
+from .api import _exact_list, check_sharded_config
 from .hook import _STREAM_STRIDE, _bind_lock, _fmt_bytes, _hooks_per_group
 
 __all__ = ["AllGather", "FsdpState", "ReduceScatter", "ReplicateHook", "enable", "replicate_hook"]
@@ -97,8 +98,8 @@ class FsdpState:
         self.config = config if config is not None else Config()
         if not isinstance(self.config, Config):
             raise TypeError(f"dynamiq.fsdp: config must be a dynamiq.Config, got {type(self.config).__name__}")
-        if all_gather_config is not None and all_gather_config.mode not in ("none", "lossless"):
-            raise DynamiqError(f"dynamiq.fsdp: the all-gather runs in mode 'lossless' or 'none', not "
+        if all_gather_config is not None and all_gather_config.mode not in exact_modes():
+            raise DynamiqError(f"dynamiq.fsdp: the all-gather runs in an exact mode ({_exact_list()}), not "
                                f"{all_gather_config.mode!r} (parameters must arrive exact)")
         self.all_gather_config = all_gather_config
         self.comms: Dict[str, Any] = {}
@@ -229,6 +230,7 @@ class ReduceScatter(_fsdp_api.ReduceScatter):
     def __init__(self, config: Optional[Config] = None, state: Optional[FsdpState] = None, name: str = "") -> None:
         self._state = state if state is not None else FsdpState(config)
         self.config = config if config is not None else self._state.config
+        check_sharded_config(self.config, "reduce_scatter", "dynamiq.fsdp.ReduceScatter")
         self.name = name
         self.alloc_u: Optional[tuple] = None
         self.last_stats: Optional[dict] = None
@@ -254,9 +256,9 @@ class AllGather(_fsdp_api.AllGather):
 
     def __init__(self, config: Optional[Config] = None, state: Optional[FsdpState] = None, name: str = "") -> None:
         config = config if config is not None else Config(mode="lossless")
-        if config.mode not in ("none", "lossless"):
-            raise DynamiqError(f"dynamiq.fsdp.AllGather: mode {config.mode!r} is lossy; parameters must arrive "
-                               "exact: use mode 'lossless' or 'none'")
+        if config.mode not in exact_modes():
+            raise DynamiqError(f"dynamiq.fsdp.AllGather: mode {config.mode!r} is not exact; parameters must "
+                               f"arrive exact: use an exact mode ({_exact_list()})")
         self._state = state if state is not None else FsdpState(all_gather_config=config)
         self.config = config
         self.name = name
@@ -333,19 +335,27 @@ def replicate_hook(config: Optional[Config] = None, group: Optional[dist.Process
 
 
 def enable(model: torch.nn.Module, config: Optional[Config] = None, all_gather: Optional[str] = "lossless",
-           replicate_group: Optional[dist.ProcessGroup] = None) -> FsdpState:
+           replicate_group: Optional[dist.ProcessGroup] = None, replace: bool = False) -> FsdpState:
     """Sets dynamiq's reduce-scatter (mode of `config`) and, unless `all_gather` is None,
     its all-gather (mode `all_gather`: "lossless" or "none") on every FSDPModule of
     `model` (call after `fully_shard`, on every rank). With `replicate_group` (HSDP over
     a shard-only `fully_shard`), also a `ReplicateHook` averaging over that group.
-    Returns the `FsdpState` (statistics, checkpointing)."""
+    Returns the `FsdpState` (statistics, checkpointing). A second call on the same model
+    raises unless `replace=True` (the first call's state would stop counting without a word).
+    Mode "auto" and topology "hierarchical", which run all-reduces only, are refused here."""
     from torch.distributed.fsdp import FSDPModule
 
-    if all_gather not in (None, "lossless", "none"):
-        raise ValueError(f"dynamiq.fsdp.enable: all_gather must be 'lossless', 'none' or None, got {all_gather!r}")
+    if all_gather is not None and all_gather not in exact_modes():
+        raise ValueError(f"dynamiq.fsdp.enable: all_gather must be an exact mode ({_exact_list()}) or None, "
+                         f"got {all_gather!r}")
     config = config if config is not None else Config()
     if not isinstance(config, Config):
         raise TypeError(f"dynamiq.fsdp.enable: config must be a dynamiq.Config, got {type(config).__name__}")
+    check_sharded_config(config, "reduce_scatter", "dynamiq.fsdp.enable")
+    if getattr(model, "_dynamiq_fsdp_state", None) is not None and not replace:
+        raise DynamiqError("dynamiq.fsdp.enable: already enabled on this model; a second call would replace the "
+                           "first's reduce-scatter and all-gather, whose FsdpState would then stop counting. Keep "
+                           "the state the first call returned, or pass replace=True")
     ag_config = None if all_gather is None else Config(mode=all_gather, topology=config.topology, seed=config.seed)
     state = FsdpState(config, ag_config)
     found = 0
@@ -361,4 +371,5 @@ def enable(model: torch.nn.Module, config: Optional[Config] = None, all_gather: 
     if not found:
         raise DynamiqError("dynamiq.fsdp.enable: the model has no FSDPModule; call "
                            "torch.distributed.fsdp.fully_shard on it (and its blocks) first")
+    model._dynamiq_fsdp_state = state
     return state

@@ -273,7 +273,7 @@ TEST(CudaCollective, TheDriverOnTheDeviceEqualsTheHostInEveryMode) {
             CollectiveConfig cfg;
             cfg.mode = mode;
             cfg.topology = topo;
-            cfg.bits = mode == mode_id("bitsplit") ? 3.0 : 5.0;
+            cfg.params.set("bits", double(mode == mode_id("bitsplit") ? 3.0 : 5.0));
             cfg.block_bytes = 4096;  // several blocks per chunk
             auto input = make_input(n, dt, numel);
             if (inf) {
@@ -350,8 +350,8 @@ TEST(CudaCollective, SuperGroupsTooLargeForSharedMemoryRaiseBeforeAnySend) {
   const int64_t numel = 8192 * 3;
   CollectiveConfig cfg;
   cfg.mode = mode_id("dynamiq");
-  cfg.supergroup_size = 8192;
-  cfg.group_size = 8;
+  cfg.params.set("supergroup_size", double(8192));
+  cfg.params.set("group_size", double(8));
   std::vector<std::string> errors(static_cast<size_t>(n));
   std::vector<double> secs(static_cast<size_t>(n), 0.0);
   InprocWorld world(n, std::chrono::seconds(20), &cuda::device().memory());
@@ -467,7 +467,6 @@ TEST(CudaCollective, ReduceScatterAndAllGatherOnTheDeviceEqualTheHost) {
             CollectiveConfig cfg;
             cfg.mode = mode;
             cfg.topology = topo;
-            cfg.bits = mode == mode_id("bitsplit") ? 4.0 : 5.0;
             cfg.block_bytes = 4096;
             const int64_t shard = padded_shard(cfg, kind, n, 256 * 12 + 5);
             const int64_t numel = n * shard;
@@ -566,8 +565,8 @@ TEST(CudaCollective, TheDriverKeepsAllDeviceWorkOnTheCurrentStream) {
     CollectiveConfig cfg;
     cfg.mode = c.mode;
     cfg.topology = c.topo;
-    cfg.bits = c.mode == mode_id("bitsplit") ? 3.0 : 5.0;
-    cfg.correlated = c.correlated;
+    cfg.params.set("bits", double(c.mode == mode_id("bitsplit") ? 3.0 : 5.0));
+    cfg.params.set("rounding", (c.correlated) ? "correlated" : "independent");
     cfg.block_bytes = 4096;
     auto input = make_input(n, dt, numel);
     if (c.inf) {

@@ -153,7 +153,7 @@ TEST(CudaStaging, EveryModeOverAHostTransportEqualsTheHostRun) {
             CollectiveConfig cfg;
             cfg.mode = mode;
             cfg.topology = topo;
-            cfg.bits = mode == mode_id("bitsplit") ? 3.0 : 5.0;
+            cfg.params.set("bits", double(mode == mode_id("bitsplit") ? 3.0 : 5.0));
             cfg.block_bytes = 4096;  // several blocks per chunk
             auto input = staged_input(n, dt, numel);
             if (inf) {

@@ -109,7 +109,7 @@ TEST(AutoMode, ForcedExtremesAndSameBitsAsTheChosenMode) {
   const Runs slow = run(auto_cfg(1e3, 0.0), n, sizes);  // 1 kB/s
   CollectiveConfig bs = auto_cfg(1e3, 0.0);
   bs.auto_lossy = mode_id("bitsplit");
-  bs.bits = 4;
+  bs.params.set("bits", 4.0);
   const Runs slow_bs = run(bs, n, sizes);
   for (size_t i = 0; i < sizes.size(); ++i) {
     EXPECT_EQ(fast.stats[i][0].auto_choice, int(kModeNone));

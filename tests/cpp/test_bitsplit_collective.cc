@@ -16,6 +16,7 @@
 #include "kernels/bitsplit/bitsplit_codec.h"
 #include "kernels/base/float_bits.h"
 #include "test_bitsplit_util.h"
+#include "params_util.h"
 
 namespace dynamiq {
 namespace {
@@ -34,10 +35,10 @@ CollectiveConfig bitsplit_cfg(Topology t, const Setting& s, int64_t block_bytes)
   CollectiveConfig c;
   c.mode = mode_id("bitsplit");
   c.topology = t;
-  c.bits = s.bits;
-  c.spike_reserve = s.spike_reserve;
-  c.log_scales = s.log_scales;
-  c.stochastic = s.stochastic;
+  c.params.set("bits", double(s.bits));
+  set_spike_reserve(c.params, s.spike_reserve);
+  c.params.set("log_scales", double(s.log_scales));
+  c.params.set("rounding", (s.stochastic) ? "stochastic" : "nearest");
   c.block_bytes = block_bytes;
   c.seed = 42;
   return c;
@@ -238,7 +239,7 @@ TEST(BitsplitScheme, NonFiniteInputTakesTheExactPath) {
 TEST(BitsplitScheme, FactoryValidatesAndDescribes) {
   CollectiveConfig c;
   c.mode = mode_id("bitsplit");
-  c.bits = 3;
+  c.params.set("bits", double(3));
   auto s = make_scheme(c);
   EXPECT_FALSE(s->exact());
   EXPECT_EQ(s->stats_count(DType::kF32, 1000), 0);
@@ -247,10 +248,10 @@ TEST(BitsplitScheme, FactoryValidatesAndDescribes) {
   EXPECT_FALSE(s->local_pass(v.data(), DType::kF32, 100, nullptr));
   v[99] = -INFINITY;
   EXPECT_TRUE(s->local_pass(v.data(), DType::kF32, 100, nullptr));
-  c.bits = 9;
+  c.params.set("bits", double(9));
   EXPECT_THROW(make_scheme(c), Error);
-  c.bits = 4;
-  c.group_size = 40;
+  c.params.set("bits", double(4));
+  c.params.set("group_size", double(40));
   EXPECT_THROW(make_scheme(c), Error);
   // A bad knob is raised on every rank (before any message is exchanged).
   InprocWorld world(2, std::chrono::seconds(10));

@@ -217,17 +217,17 @@ TEST(BoundedScheme, ConfigValidation) {
   CollectiveConfig c;
   c.mode = mode_id("bounded");
   EXPECT_THROW(make_scheme(c), Error) << "no bound";
-  c.error_bound = 1e-3;
+  c.params.set("error_bound", double(1e-3));
   EXPECT_NO_THROW(make_scheme(c));
-  c.error_bound_rel = 1e-3;
+  c.params.set("error_bound_rel", double(1e-3));
   EXPECT_THROW(make_scheme(c), Error) << "both bounds";
-  c.error_bound = 0.0;
+  c.params.erase("error_bound");
   EXPECT_NO_THROW(make_scheme(c));
-  c.error_bound_rel = 2.0;
+  c.params.set("error_bound_rel", double(2.0));
   EXPECT_THROW(make_scheme(c), Error) << "relative bound above 1";
-  c.error_bound_rel = 0.0;
-  for (double bad : {-1.0, std::nan(""), std::numeric_limits<double>::infinity(), 1e39}) {
-    c.error_bound = bad;
+  c.params.erase("error_bound_rel");
+  for (double bad : {0.0, -1.0, std::nan(""), std::numeric_limits<double>::infinity(), 1e39}) {
+    c.params.set("error_bound", double(bad));
     EXPECT_THROW(make_scheme(c), Error) << bad;
   }
 }
@@ -237,7 +237,7 @@ TEST(BoundedScheme, ConfigValidation) {
 TEST(BoundedScheme, PlanResolvesTheBound) {
   CollectiveConfig c;
   c.mode = mode_id("bounded");
-  c.error_bound = 0.1;  // not a float: rounded down
+  c.params.set("error_bound", double(0.1));  // not a float: rounded down
   PlanState st;
   PlanInfo info;
   Plan p = make_scheme(c)->make_plan(DType::kF32, 10000, 4, 4, nullptr, st, info);
@@ -245,8 +245,8 @@ TEST(BoundedScheme, PlanResolvesTheBound) {
   float f = float(0.1);
   if (double(f) > 0.1) f = std::nextafter(f, 0.0f);
   EXPECT_EQ(p.error_bound, f) << "the largest float32 <= 0.1";
-  c.error_bound = 0.0;
-  c.error_bound_rel = 0.01;
+  c.params.erase("error_bound");
+  c.params.set("error_bound_rel", double(0.01));
   const auto s = make_scheme(c);
   ASSERT_EQ(s->stats_count(DType::kF32, 10000), 1);
   std::vector<float> x(10000);

@@ -64,8 +64,8 @@ CollectiveConfig bounded_cfg(Topology t, double e, double rel = 0.0) {
   CollectiveConfig c;
   c.mode = mode_id("bounded");
   c.topology = t;
-  c.error_bound = e;
-  c.error_bound_rel = rel;
+  if (e != 0.0) c.params.set("error_bound", e);  // exactly one of the two is given
+  if (rel != 0.0) c.params.set("error_bound_rel", rel);
   c.block_bytes = 16 * 1024;  // several blocks per chunk
   return c;
 }

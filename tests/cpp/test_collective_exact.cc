@@ -20,6 +20,7 @@
 #include "kernels/device.h"
 #include "kernels/base/float_bits.h"
 #include "kernels/identity/identity_codec.h"
+#include "params_util.h"
 
 namespace dynamiq {
 namespace {
@@ -347,21 +348,21 @@ TEST(Header, InvalidConfigOnOneRankAbortsEveryRankPromptly) {
   {
     CollectiveConfig c;
     c.mode = mode_id("bitsplit");
-    c.bits = 4;
-    c.group_size = 16;
+    c.params.set("bits", double(4));
+    c.params.set("group_size", double(16));
     bads.push_back({"bitsplit group_size 16", c, "group_size=16"});
   }
   {
     CollectiveConfig c;
     c.mode = mode_id("dynamiq");
-    c.eps = {{-1.f, -1.f, -1.f, 5.0f}};
-    bads.push_back({"dynamiq eps 5", c, "eps must be finite and in [0, 4]"});
+    c.params.set("eps", std::vector<double>{-1.f, -1.f, -1.f, 5.0f});
+    bads.push_back({"dynamiq eps 5", c, "eps=(-1, -1, -1, 5) is invalid"});
   }
   {
     CollectiveConfig c;
     c.mode = mode_id("dynamiq");
-    c.group_size = 1;
-    c.widths_mask = (1u << 8) | (1u << 16);
+    c.params.set("group_size", double(1));
+    c.params.set("widths", widths_of((1u << 8) | (1u << 16)));
     bads.push_back({"dynamiq widths {8, 16} with group_size 1", c, "not larger on the wire"});
   }
   const std::string common =

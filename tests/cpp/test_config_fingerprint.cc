@@ -16,6 +16,7 @@
 #include "hook/collective/collective.h"
 #include "hook/collective/config.h"
 #include "hook/transport/inproc_transport.h"
+#include "params_util.h"
 
 namespace dynamiq {
 namespace {
@@ -25,32 +26,46 @@ struct Variant {
   std::function<void(CollectiveConfig&)> change;
 };
 
+// A codec parameter set on its own mode (a parameter of another mode is refused by make_scheme).
+std::function<void(CollectiveConfig&)> param(const char* mode, const char* name, ParamValue v) {
+  return [=](CollectiveConfig& c) {
+    c.mode = mode_id(mode);
+    c.params.set(name, v);
+  };
+}
+ParamValue num(double x) { return ParamValue{x, {}, {}}; }
+ParamValue str(const char* s) { return ParamValue{0.0, s, {}}; }
+ParamValue list(std::vector<double> l) { return ParamValue{0.0, {}, std::move(l)}; }
+
 std::vector<Variant> variants() {
   return {
       {"mode", [](CollectiveConfig& c) { c.mode = mode_id("dynamiq"); }},
       {"mode lossless", [](CollectiveConfig& c) { c.mode = mode_id("lossless"); }},
       {"mode bitsplit", [](CollectiveConfig& c) { c.mode = mode_id("bitsplit"); }},
-      {"mode bounded", [](CollectiveConfig& c) { c.mode = mode_id("bounded"); }},
+      {"mode bounded", param("bounded", "error_bound", num(1e-2))},
       {"topology", [](CollectiveConfig& c) { c.topology = Topology::kButterfly; }},
       {"topology twostep", [](CollectiveConfig& c) { c.topology = Topology::kTwoStep; }},
       {"seed", [](CollectiveConfig& c) { c.seed = 1; }},
       {"seed high bits", [](CollectiveConfig& c) { c.seed = uint64_t(1) << 63; }},
-      {"bits", [](CollectiveConfig& c) { c.bits = 4.0; }},
-      {"bits by one ulp", [](CollectiveConfig& c) { c.bits = std::nextafter(5.0, 6.0); }},
-      {"widths_mask", [](CollectiveConfig& c) { c.widths_mask |= 1u << 1; }},
-      {"exact_allocator", [](CollectiveConfig& c) { c.exact_allocator = !c.exact_allocator; }},
-      {"correlated", [](CollectiveConfig& c) { c.correlated = !c.correlated; }},
-      {"stochastic", [](CollectiveConfig& c) { c.stochastic = !c.stochastic; }},
-      {"group_size", [](CollectiveConfig& c) { c.group_size = 32; }},
-      {"supergroup_size", [](CollectiveConfig& c) { c.supergroup_size = 512; }},
-      {"spike_reserve", [](CollectiveConfig& c) { c.spike_reserve = 1; }},
-      {"log_scales", [](CollectiveConfig& c) { c.log_scales = !c.log_scales; }},
-      {"eps[0]", [](CollectiveConfig& c) { c.eps[0] = 0.1f; }},
-      {"eps[1]", [](CollectiveConfig& c) { c.eps[1] = 0.1f; }},
-      {"eps[2]", [](CollectiveConfig& c) { c.eps[2] = 0.25f; }},
-      {"eps[3]", [](CollectiveConfig& c) { c.eps[3] = 0.05f; }},
-      {"uniform_levels", [](CollectiveConfig& c) { c.uniform_levels = !c.uniform_levels; }},
-      {"hierarchical_scales", [](CollectiveConfig& c) { c.hierarchical_scales = !c.hierarchical_scales; }},
+      {"bits", param("dynamiq", "bits", num(4.0))},
+      {"bits by one ulp", param("dynamiq", "bits", num(std::nextafter(5.0, 6.0)))},
+      {"widths", param("dynamiq", "widths", list({1, 2, 4, 8}))},
+      {"allocator", param("dynamiq", "allocator", str("exact"))},
+      {"rounding (dynamiq)", param("dynamiq", "rounding", str("independent"))},
+      {"rounding (bitsplit)", param("bitsplit", "rounding", str("nearest"))},
+      {"bits (bitsplit)", param("bitsplit", "bits", num(5.0))},
+      {"group_size", param("dynamiq", "group_size", num(32))},
+      {"group_size (bitsplit)", param("bitsplit", "group_size", num(64))},
+      {"supergroup_size", param("dynamiq", "supergroup_size", num(512))},
+      {"spike_reserve", param("bitsplit", "spike_reserve", num(1))},
+      {"spike_reserve off", param("bitsplit", "spike_reserve", num(0))},
+      {"log_scales", param("bitsplit", "log_scales", num(1))},
+      {"eps[0]", param("dynamiq", "eps", list({0.1, -1, -1, -1}))},
+      {"eps[1]", param("dynamiq", "eps", list({-1, 0.1, -1, -1}))},
+      {"eps[2]", param("dynamiq", "eps", list({-1, -1, 0.25, -1}))},
+      {"eps[3]", param("dynamiq", "eps", list({-1, -1, -1, 0.05}))},
+      {"uniform_levels", param("dynamiq", "uniform_levels", num(1))},
+      {"hierarchical_scales", param("dynamiq", "hierarchical_scales", num(0))},
       {"block_bytes", [](CollectiveConfig& c) { c.block_bytes = 65536; }},
       {"min_compress_numel", [](CollectiveConfig& c) { c.min_compress_numel = 1024; }},
       {"max_collective_bytes", [](CollectiveConfig& c) { c.max_collective_bytes = int64_t(64) << 20; }},
@@ -63,9 +78,10 @@ std::vector<Variant> variants() {
       {"auto_lossy", [](CollectiveConfig& c) { c.mode = kModeAuto; c.auto_lossy = mode_id("bitsplit"); }},
       {"auto_bandwidth", [](CollectiveConfig& c) { c.mode = kModeAuto; c.auto_bandwidth = 1e9; }},
       {"auto_latency", [](CollectiveConfig& c) { c.mode = kModeAuto; c.auto_latency = 1e-4; }},
-      {"error_bound", [](CollectiveConfig& c) { c.error_bound = 1e-3; }},
-      {"error_bound by one ulp", [](CollectiveConfig& c) { c.error_bound = std::nextafter(1e-3, 1.0); }},
-      {"error_bound_rel", [](CollectiveConfig& c) { c.error_bound_rel = 1e-3; }},
+      {"auto's bits", [](CollectiveConfig& c) { c.mode = kModeAuto; c.params.set("bits", 4.0); }},
+      {"error_bound", param("bounded", "error_bound", num(1e-3))},
+      {"error_bound by one ulp", param("bounded", "error_bound", num(std::nextafter(1e-3, 1.0)))},
+      {"error_bound_rel", param("bounded", "error_bound_rel", num(1e-3))},
   };
 }
 
@@ -102,12 +118,26 @@ TEST(ConfigFingerprint, RankLocalWindowDoesNotChangeIt) {
   EXPECT_EQ(c.fingerprint(), f);
 }
 
-// Every field of the struct is one of the variants above or window_bytes. On LP64 (x86-64,
-// aarch64) the struct is 144 bytes; a new field changes that: add it to the fingerprint (or
-// say why not, as for window_bytes) and to variants(), then update the size here.
+// Every field of the struct is one of the variants above or window_bytes (the codec parameters
+// are one field, `params`, and each codec's declarations say which enter the fingerprint). On
+// LP64 (x86-64, aarch64) with libstdc++ the struct is 120 bytes; a new field changes that: add it
+// to the fingerprint (or say why not, as for window_bytes) and to variants(), then update the
+// size here.
 TEST(ConfigFingerprint, NoFieldIsForgotten) {
-  EXPECT_EQ(sizeof(CollectiveConfig), 144u)
+  EXPECT_EQ(sizeof(CollectiveConfig), 120u)
       << "CollectiveConfig changed: fingerprint the new field and add it to this test's variants";
+}
+
+// A parameter given with its default value fingerprints as the default left out (the fingerprint
+// resolves the parameters as the codec will run them), and the default of a parameter is part of it.
+TEST(ConfigFingerprint, DefaultsGivenOrNotAreTheSame) {
+  for (const ModeInfo& m : registered_modes()) {
+    CollectiveConfig a, b;
+    a.mode = b.mode = m.id;
+    for (const ParamDecl& d : mode_params(m.id))
+      if (d.has_default) b.params.set(d.name, d.def);
+    EXPECT_EQ(a.fingerprint(), b.fingerprint()) << m.name;
+  }
 }
 
 // End to end: ranks whose configs differ only in `bits` refuse to run together (same
@@ -119,7 +149,7 @@ TEST(ConfigFingerprint, RanksDisagreeingOnBitsRaiseOnEveryRank) {
   world.run([&](int r, Transport& t) {
     CollectiveConfig c;
     c.mode = mode_id("dynamiq");
-    c.bits = r == 2 ? 4.0 : 5.0;
+    c.params.set("bits", r == 2 ? 4.0 : 5.0);
     std::vector<float> x(8192, 1.0f);
     CallArgs a;
     a.data = x.data();

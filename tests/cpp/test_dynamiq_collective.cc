@@ -15,6 +15,7 @@
 #include "kernels/scheme.h"
 #include "kernels/dynamiq/dynamiq_codec.h"
 #include "test_dynamiq_util.h"
+#include "params_util.h"
 
 namespace dynamiq {
 namespace {
@@ -145,7 +146,7 @@ TEST(DynamiqCollective, FullPathEveryWorldSizeOneToSeventeen) {
       CollectiveConfig cfg;
       cfg.mode = mode_id("dynamiq");
       cfg.topology = topo;
-      cfg.bits = 5.0;
+      cfg.params.set("bits", double(5.0));
       cfg.block_bytes = 2048;  // several pipelined blocks per chunk
       std::vector<CallStats> st(static_cast<size_t>(n));
       InprocWorld world(n, std::chrono::seconds(60));
@@ -207,7 +208,7 @@ TEST(DynamiqCollective, InfeasibleBudgetTakesTheExactPathOnEveryRank) {
           "n=" + std::to_string(n) + " bits=" + std::to_string(c.bits) + " numel=" + std::to_string(c.numel);
       CollectiveConfig cfg;
       cfg.mode = mode_id("dynamiq");
-      cfg.bits = c.bits;
+      cfg.params.set("bits", double(c.bits));
       cfg.min_compress_numel = 0;
       // the driver's decision agrees with the allocator's own test
       EXPECT_EQ(make_scheme(cfg)->fits_budget(c.numel), c.want == Path::kCompressed) << where;
@@ -236,6 +237,7 @@ TEST(DynamiqCollective, InfeasibleBudgetTakesTheExactPathOnEveryRank) {
       EXPECT_EQ(st[0].bits_per_coord, 32.0) << where;
       CollectiveConfig none = cfg;
       none.mode = mode_id("none");
+      none.params.clear();  // (dynamiq's parameters)
       const std::vector<CallStats> sn = run(none, y);
       EXPECT_EQ(sn[0].path, Path::kExactMode) << where;
       for (int r = 0; r < n; ++r)
@@ -254,8 +256,8 @@ std::vector<float> dynamiq_all_reduce(std::vector<std::vector<float>> x, uint64_
   CollectiveConfig cfg;
   cfg.mode = mode_id("dynamiq");
   cfg.topology = Topology::kRing;
-  cfg.bits = 5.0;
-  cfg.correlated = correlated;
+  cfg.params.set("bits", double(5.0));
+  cfg.params.set("rounding", (correlated) ? "correlated" : "independent");
   cfg.min_compress_numel = 0;
   InprocWorld world(n, std::chrono::seconds(60));
   world.run([&](int r, Transport& tr) {

@@ -17,6 +17,7 @@
 #include "hook/collective/config.h"
 #include "kernels/dynamiq/dynamiq_stats.h"
 #include "kernels/scheme.h"
+#include "params_util.h"
 
 namespace dynamiq {
 namespace {
@@ -74,9 +75,9 @@ TEST(LayoutOrder, SchemePlansAreWidestFirst) {
       for (int world : {2, 3, 8}) {
         CollectiveConfig cfg;
         cfg.mode = mode_id("dynamiq");
-        cfg.widths_mask = widths;
-        cfg.hierarchical_scales = hierarchical;
-        cfg.bits = 6.0;
+        cfg.params.set("widths", widths_of(widths));
+        cfg.params.set("hierarchical_scales", double(hierarchical));
+        cfg.params.set("bits", double(6.0));
         const auto scheme = make_scheme(cfg);
         std::vector<float> stats(size_t(scheme->stats_count(DType::kF32, numel)));
         ASSERT_FALSE(scheme->local_pass(x.data(), DType::kF32, numel, stats.data()));

@@ -10,7 +10,9 @@
 #include <string>
 #include <vector>
 
+#include "hook/collective/config.h"
 #include "kernels/registry.h"
+#include "params_util.h"
 
 namespace dynamiq {
 namespace {
@@ -35,19 +37,19 @@ TEST(MakeScheme, AcceptsTheDefaultConfigOfEveryMode) {
     EXPECT_NO_THROW(make_scheme(mode_cfg(m))) << mode_name(m);
   // and settings at the edges of what the codecs support
   CollectiveConfig c = mode_cfg(mode_id("dynamiq"));
-  c.widths_mask = (1u << 1) | (1u << 2) | (1u << 4) | (1u << 8) | (1u << 16);
-  c.bits = 1.5625;  // width 1 with its scales: 32 + 18 bytes per 256 elements, exactly
+  c.params.set("widths", widths_of((1u << 1) | (1u << 2) | (1u << 4) | (1u << 8) | (1u << 16)));
+  c.params.set("bits", double(1.5625));  // width 1 with its scales: 32 + 18 bytes per 256 elements, exactly
   EXPECT_NO_THROW(make_scheme(c));
   c = mode_cfg(mode_id("dynamiq"));
-  c.bits = 82.0 * 8 / 256;  // the narrowest default width (2) with its scales, exactly
+  c.params.set("bits", double(82.0 * 8 / 256));  // the narrowest default width (2) with its scales, exactly
   EXPECT_NO_THROW(make_scheme(c));
-  c.bits = 16.0;
-  c.supergroup_size = 64;
-  c.group_size = 8;
+  c.params.set("bits", double(16.0));
+  c.params.set("supergroup_size", double(64));
+  c.params.set("group_size", double(8));
   EXPECT_NO_THROW(make_scheme(c));
   c = mode_cfg(mode_id("bitsplit"));
   for (int b = 2; b <= 8; ++b) {
-    c.bits = b;
+    c.params.set("bits", double(b));
     EXPECT_NO_THROW(make_scheme(c)) << "bitsplit bits=" << b;
   }
 }
@@ -59,26 +61,29 @@ TEST(MakeScheme, AcceptsTheDefaultConfigOfEveryMode) {
 // when it is built.
 TEST(MakeScheme, DynamiqRejectsWidthsThatDoNotGrowOnTheWire) {
   CollectiveConfig c = mode_cfg(mode_id("dynamiq"));
-  c.group_size = 1;
-  c.widths_mask = (1u << 8) | (1u << 16);
+  c.params.set("group_size", double(1));
+  c.params.set("widths", widths_of((1u << 8) | (1u << 16)));
   expect_rejected(c, "widths {8, 16}, group_size 1", "not larger on the wire");
-  c.widths_mask = 0;
-  expect_rejected(c, "no widths", "no allowed widths");
+  // the declaration's set (kernels/params.h) refuses the rest, naming what is allowed
+  const std::string allowed = "allowed: a non-empty subset of {1, 2, 4, 8, 16} without repeats";
+  c.params.set("widths", widths_of(0));
+  expect_rejected(c, "no widths", allowed);
   c = mode_cfg(mode_id("dynamiq"));
-  c.widths_mask = (1u << 3) | (1u << 4);
-  expect_rejected(c, "width 3", "outside {1, 2, 4, 8, 16}");
+  c.params.set("widths", widths_of((1u << 3) | (1u << 4)));
+  expect_rejected(c, "width 3", allowed);
 }
 
 TEST(MakeScheme, DynamiqRejectsFormatsAndEpsTheCodecRejects) {
   CollectiveConfig c = mode_cfg(mode_id("dynamiq"));
-  c.supergroup_size = 25;
-  c.group_size = 5;
+  c.params.set("supergroup_size", double(25));
+  c.params.set("group_size", double(5));
   expect_rejected(c, "supergroup 25, group 5", "multiple of 8");
   c = mode_cfg(mode_id("dynamiq"));
-  c.group_size = 24;
+  c.params.set("group_size", double(24));
   expect_rejected(c, "group 24", "multiple of group_size");
-  // eps per width 1, 2, 4, 8 (negative: the default; NaN is not the default)
-  const std::string out_of_range = "eps must be finite and in [0, 4]";
+  // eps per width 1, 2, 4, 8 (-1: the default; NaN is not the default): the declaration refuses
+  // what is out of its range, the codec what collapses in float32
+  const std::string out_of_range = "allowed: None or 4 numbers, each in [0, 4] or -1";
   const struct {
     std::array<float, 4> eps;
     const char* what;
@@ -91,7 +96,7 @@ TEST(MakeScheme, DynamiqRejectsFormatsAndEpsTheCodecRejects) {
   };
   for (const auto& k : cases) {
     c = mode_cfg(mode_id("dynamiq"));
-    c.eps = k.eps;
+    c.params.set("eps", std::vector<double>(k.eps.begin(), k.eps.end()));
     expect_rejected(c, k.what, k.needle);
   }
 }
@@ -102,30 +107,30 @@ TEST(MakeScheme, DynamiqRejectsFormatsAndEpsTheCodecRejects) {
 TEST(MakeScheme, DynamiqRejectsBudgetsNoBucketCanMeet) {
   CollectiveConfig c = mode_cfg(mode_id("dynamiq"));
   for (double bits : {0.0, -1.0, double(NAN), double(INFINITY)}) {
-    c.bits = bits;
-    expect_rejected(c, "bits " + std::to_string(bits), "bits must be a finite positive number");
+    c.params.set("bits", double(bits));
+    expect_rejected(c, "bits " + std::to_string(bits), "is invalid; allowed: a number in (0, 16]");
   }
-  c.bits = 2.5;  // below 2.5625, width 2 with its scales
+  c.params.set("bits", double(2.5));  // below 2.5625, width 2 with its scales
   expect_rejected(c, "bits 2.5", "2.5625");
-  c.bits = std::nextafter(82.0 * 8 / 256, 0.0);
+  c.params.set("bits", double(std::nextafter(82.0 * 8 / 256, 0.0)));
   expect_rejected(c, "one ulp below the floor", "below the");
-  c.widths_mask = (1u << 4) | (1u << 8);
-  c.bits = 4.5;  // width 4: 128 + 18 bytes per 256 = 4.5625 bits
+  c.params.set("widths", widths_of((1u << 4) | (1u << 8)));
+  c.params.set("bits", double(4.5));  // width 4: 128 + 18 bytes per 256 = 4.5625 bits
   expect_rejected(c, "bits 4.5, widths {4, 8}", "4.5625");
-  c.widths_mask |= 1u << 1;  // width 1 fits: 32 + 18 bytes per 256 = 1.5625 bits
+  c.params.set("widths", widths_of((1u << 1) | (1u << 4) | (1u << 8)));  // width 1 fits: 32 + 18 bytes per 256 = 1.5625 bits
   EXPECT_NO_THROW(make_scheme(c));
 }
 
 TEST(MakeScheme, BitsplitAndUnknownModesAreRejected) {
   CollectiveConfig c = mode_cfg(mode_id("bitsplit"));
-  c.group_size = 16;
+  c.params.set("group_size", double(16));
   expect_rejected(c, "bitsplit group_size 16", "group_size=16");
   c = mode_cfg(mode_id("bitsplit"));
-  c.bits = 3.5;
-  expect_rejected(c, "bitsplit bits 3.5", "integer width");
+  c.params.set("bits", double(3.5));
+  expect_rejected(c, "bitsplit bits 3.5", "bits=3.5 is invalid; allowed: a whole number in [2, 8]");
   c = mode_cfg(mode_id("bitsplit"));
-  c.spike_reserve = 2;
-  expect_rejected(c, "bitsplit spike_reserve 2", "spike_reserve=2");
+  c.params.set("spike_reserve", 2.0);  // a bool parameter
+  expect_rejected(c, "bitsplit spike_reserve 2", "allowed: None or True, False");
   expect_rejected(mode_cfg(Mode(7)), "mode 7", "not available");
 }
 
@@ -138,7 +143,7 @@ TEST(MakeScheme, FitsBudgetOnlyFailsForOverBudgetPartialSuperGroups) {
   EXPECT_TRUE(s->fits_budget(256));
   EXPECT_FALSE(s->fits_budget(257));  // 2 SGs of 82 bytes = 1312 bits > 5 * 257
   EXPECT_TRUE(s->fits_budget(4097));
-  c.bits = 2.6;
+  c.params.set("bits", double(2.6));
   const auto s26 = make_scheme(c);
   EXPECT_FALSE(s26->fits_budget(4097));
   EXPECT_TRUE(s26->fits_budget(4096));

@@ -137,7 +137,6 @@ TEST(NcclOrder, RingWithThreeOrMoreRanksFollowsIt) {
       CollectiveConfig cfg;
       cfg.mode = mode;
       cfg.topology = Topology::kRing;
-      cfg.bits = mode == mode_id("bitsplit") ? 4.0 : 5.0;
       cfg.block_bytes = 4096;  // several blocks per chunk, receives posted ahead
       std::vector<std::vector<float>> x(static_cast<size_t>(n));
       for (int r = 0; r < n; ++r) x[size_t(r)] = dqtest::gaussian(size_t(numel), uint64_t(r + 1));
@@ -169,7 +168,6 @@ TEST(NcclOrder, OrderedPostingRunsUnderBothModelsWithTheSameResults) {
         CollectiveConfig cfg;
         cfg.mode = mode;
         cfg.topology = topo;
-        cfg.bits = mode == mode_id("bitsplit") ? 4.0 : 5.0;
         cfg.block_bytes = 4096;  // several blocks per chunk
         std::vector<std::vector<float>> out[2];
         std::vector<int64_t> sent[2];

@@ -49,7 +49,6 @@ CollectiveConfig cfg_of(Mode m, Topology t) {
   CollectiveConfig c;
   c.mode = m;
   c.topology = t;
-  c.bits = m == mode_id("bitsplit") ? 4.0 : 5.0;
   c.seed = 9;
   c.block_bytes = 2048;  // several blocks per chunk
   c.window_bytes = 8192;

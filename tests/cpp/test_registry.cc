@@ -18,6 +18,7 @@
 #include "kernels/dynamiq/dynamiq_codec.h"
 #include "kernels/dynamiq/dynamiq_stats.h"
 #include "kernels/identity/identity_codec.h"
+#include "hook/collective/config.h"
 #include "kernels/registry.h"
 
 namespace dynamiq {
@@ -35,7 +36,7 @@ TEST(Registry, BuiltInModesKeepTheirWireIds) {
     EXPECT_EQ(mode_name(Mode(id)), name);
     CollectiveConfig c;
     c.mode = Mode(id);
-    if (name == "bounded") c.error_bound = 1e-3;  // its scheme needs a bound
+    if (name == "bounded") c.params.set("error_bound", double(1e-3));  // its scheme needs a bound
     EXPECT_EQ(make_scheme(c)->mode(), Mode(id)) << name;
   }
   EXPECT_EQ(kModeNone, mode_id("none"));
@@ -49,11 +50,7 @@ TEST(Registry, BuiltInModesKeepTheirWireIds) {
 }
 
 TEST(Registry, RefusesBadRegistrationsAndUnknownModes) {
-  const SchemeFactory f = [](const CollectiveConfig& c) {
-    CollectiveConfig none = c;
-    none.mode = kModeNone;
-    return make_scheme(none);
-  };
+  const SchemeFactory f = [](const ParamSet&) { return make_scheme(kModeNone, ParamSet()); };
   EXPECT_THROW(register_codec("dynamiq", Mode(201), f), Error);  // name taken
   EXPECT_THROW(register_codec("registry-test", Mode(1), f), Error);  // id taken
   EXPECT_THROW(register_codec("", Mode(202), f), Error);
@@ -148,7 +145,7 @@ TEST(Registry, TheDevicePathUsesTheRegisteredDeviceCodecs) {
     SCOPED_TRACE(m);
     CollectiveConfig cfg;
     cfg.mode = mode_id(m);
-    cfg.bits = 4.0;
+    if (std::string(m) != "none") cfg.params.set("bits", 4.0);
     cfg.block_bytes = 4096;
     const int made = dev.codecs_made, passes = dev.stats_passes, scans = dev.scans;
     EXPECT_EQ(run(cfg, n, &dev, numel), run(cfg, n, nullptr, numel));  // bit for bit

@@ -28,7 +28,6 @@ int64_t rounds_of(Mode mode, Topology topo, int n, int64_t numel, Path* path = n
   CollectiveConfig cfg;
   cfg.mode = mode;
   cfg.topology = topo;
-  cfg.bits = mode == mode_id("bitsplit") ? 4.0 : 5.0;
   std::vector<std::vector<float>> x(static_cast<size_t>(n));
   for (int r = 0; r < n; ++r) x[size_t(r)] = dqtest::gaussian(size_t(numel), uint64_t(r + 1));
   InprocWorld world(n, std::chrono::seconds(60));

@@ -71,7 +71,6 @@ CollectiveConfig mode_cfg(Mode m, Topology topo) {
   CollectiveConfig c;
   c.mode = m;
   c.topology = topo;
-  c.bits = m == mode_id("bitsplit") ? 4.0 : 5.0;
   c.seed = 11;
   c.block_bytes = 2048;     // many blocks per chunk
   c.window_bytes = 4096;    // receive and send windows of about two blocks

@@ -26,7 +26,6 @@ CollectiveConfig cfg_for(Mode m, Topology t, int64_t max_bytes) {
   CollectiveConfig c;
   c.mode = m;
   c.topology = t;
-  c.bits = m == mode_id("bitsplit") ? 4.0 : 5.0;
   c.seed = 3;
   c.block_bytes = 8192;
   c.max_collective_bytes = max_bytes;

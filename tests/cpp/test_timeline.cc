@@ -48,7 +48,6 @@ Outcome run(const Case& c, bool timeline, int64_t numel, int64_t max_collective_
   CollectiveConfig cfg;
   cfg.mode = mode_id(c.mode);
   cfg.topology = c.topo;
-  cfg.bits = std::strcmp(c.mode, "bitsplit") == 0 ? 4.0 : 5.0;
   cfg.block_bytes = 4096;  // several pipelined blocks per chunk
   if (max_collective_bytes > 0) cfg.max_collective_bytes = max_collective_bytes;
   Outcome r;
@@ -273,7 +272,6 @@ TEST(PrecomputedLocalPass, SameResultsAndOnlyForItsOwnBucket) {
   for (const char* mode : {"dynamiq", "bitsplit", "lossless"}) {
     CollectiveConfig cfg;
     cfg.mode = mode_id(mode);
-    cfg.bits = std::strcmp(mode, "bitsplit") == 0 ? 4.0 : 5.0;
     cfg.block_bytes = 4096;
     // variant 0: no pass; 1: its own; 2: one made for another rank's data; 3: for another seed
     std::vector<std::vector<std::vector<float>>> out(4);

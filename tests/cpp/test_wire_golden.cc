@@ -22,8 +22,10 @@
 #include <string>
 #include <vector>
 
+#include "hook/collective/config.h"
 #include "kernels/registry.h"
 #include "kernels/base/float_bits.h"
+#include "params_util.h"
 
 #ifndef DYNAMIQ_GOLDEN_DIR
 #error "DYNAMIQ_GOLDEN_DIR must name tests/golden"
@@ -95,34 +97,34 @@ std::vector<Case> cases() {
   add("none", mode_id("none"), same);
   add("lossless", mode_id("lossless"), same);
   add("dynamiq.b5", mode_id("dynamiq"), same);
-  add("dynamiq.b3", mode_id("dynamiq"), [](CollectiveConfig& c) { c.bits = 3.0; });
-  add("dynamiq.b8.exact", mode_id("dynamiq"), [](CollectiveConfig& c) { c.bits = 8.0; c.exact_allocator = true; });
+  add("dynamiq.b3", mode_id("dynamiq"), [](CollectiveConfig& c) { c.params.set("bits", double(3.0)); });
+  add("dynamiq.b8.exact", mode_id("dynamiq"), [](CollectiveConfig& c) { c.params.set("bits", double(8.0)); c.params.set("allocator", (true) ? "exact" : "fast"); });
   add("dynamiq.b4.w1248_16", mode_id("dynamiq"), [](CollectiveConfig& c) {
-    c.bits = 4.0;
-    c.widths_mask = (1u << 1) | (1u << 2) | (1u << 4) | (1u << 8) | (1u << 16);
+    c.params.set("bits", double(4.0));
+    c.params.set("widths", widths_of((1u << 1) | (1u << 2) | (1u << 4) | (1u << 8) | (1u << 16)));
   });
-  add("dynamiq.b5.independent", mode_id("dynamiq"), [](CollectiveConfig& c) { c.correlated = false; });
+  add("dynamiq.b5.independent", mode_id("dynamiq"), [](CollectiveConfig& c) { c.params.set("rounding", (false) ? "correlated" : "independent"); });
   add("dynamiq.b5.flat_uniform", mode_id("dynamiq"), [](CollectiveConfig& c) {
-    c.hierarchical_scales = false;
-    c.uniform_levels = true;
+    c.params.set("hierarchical_scales", double(false));
+    c.params.set("uniform_levels", double(true));
   });
   add("dynamiq.b5.s128g8", mode_id("dynamiq"), [](CollectiveConfig& c) {
-    c.supergroup_size = 128;
-    c.group_size = 8;
-    c.eps = {{-1.f, 0.2f, 0.3f, 0.05f}};
+    c.params.set("supergroup_size", double(128));
+    c.params.set("group_size", double(8));
+    c.params.set("eps", std::vector<double>{-1.f, 0.2f, 0.3f, 0.05f});
   });
   for (int b : {2, 3, 4, 8})
-    add("bitsplit.b" + std::to_string(b), mode_id("bitsplit"), [b](CollectiveConfig& c) { c.bits = b; });
+    add("bitsplit.b" + std::to_string(b), mode_id("bitsplit"), [b](CollectiveConfig& c) { c.params.set("bits", double(b)); });
   add("bitsplit.b4.nearest_log_g32_spikes", mode_id("bitsplit"), [](CollectiveConfig& c) {
-    c.bits = 4;
-    c.stochastic = false;
-    c.log_scales = true;
-    c.group_size = 32;
-    c.spike_reserve = 1;
+    c.params.set("bits", double(4));
+    c.params.set("rounding", (false) ? "stochastic" : "nearest");
+    c.params.set("log_scales", double(true));
+    c.params.set("group_size", double(32));
+    set_spike_reserve(c.params, 1);
   });
-  add("bounded.abs1e-3", mode_id("bounded"), [](CollectiveConfig& c) { c.error_bound = 1e-3; });
-  add("bounded.abs0.25", mode_id("bounded"), [](CollectiveConfig& c) { c.error_bound = 0.25; });
-  add("bounded.rel1e-4", mode_id("bounded"), [](CollectiveConfig& c) { c.error_bound_rel = 1e-4; });
+  add("bounded.abs1e-3", mode_id("bounded"), [](CollectiveConfig& c) { c.params.set("error_bound", double(1e-3)); });
+  add("bounded.abs0.25", mode_id("bounded"), [](CollectiveConfig& c) { c.params.set("error_bound", double(0.25)); });
+  add("bounded.rel1e-4", mode_id("bounded"), [](CollectiveConfig& c) { c.params.set("error_bound_rel", double(1e-4)); });
   return v;
 }
 
@@ -171,8 +173,7 @@ std::map<std::string, std::string> compute() {
         RngCtx r;
         r.key = make_rng_key(c.cfg.seed, 7 + uint64_t(ch));
         r.world = world;
-        r.correlated = c.cfg.correlated;
-        r.stochastic = c.cfg.stochastic;
+        scheme->set_rng_flags(r);
         r.rank = 1;
         Local x0;
         x0.bucket = b0.data();

@@ -39,6 +39,7 @@
 
 #include "kernels/registry.h"
 #include "fuzz_util.h"
+#include "../cpp/params_util.h"
 #include "hook/collective/config.h"
 #include "hook/collective/schedule.h"
 #include "kernels/dynamiq/dynamiq_stats.h"
@@ -116,36 +117,33 @@ inline CollectiveConfig config_of(const CodecCase& c) {
   cfg.seed = c.seed;
   const uint8_t* p = c.mode_params;
   if (c.mode == mode_id("dynamiq")) {
-    cfg.bits = 1.5 + p[0] / 16.0;
+    cfg.params.set("bits", double(1.5 + p[0] / 16.0));
     static const int kW[5] = {1, 2, 4, 8, 16};
     uint32_t mask = 0;
     for (int i = 0; i < 5; ++i)
       if ((p[1] >> i) & 1) mask |= 1u << kW[i];
-    if (mask) cfg.widths_mask = mask;
+    if (mask) cfg.params.set("widths", widths_of(mask));
     static const int kS[4] = {16, 8, 32, 64};
     static const int kSG[4] = {256, 64, 128, 512};
-    cfg.group_size = kS[p[2] % 4];
-    cfg.supergroup_size = kSG[(p[2] / 4) % 4];
-    cfg.hierarchical_scales = !(p[3] & 1);
-    cfg.uniform_levels = p[3] & 2;
-    cfg.exact_allocator = p[3] & 4;
-    cfg.correlated = !(p[3] & 8);
-    if (p[3] & 16) {
-      cfg.eps[2] = p[4] / 256.0f;
-      cfg.eps[3] = p[5] / 256.0f;
-    }
+    cfg.params.set("group_size", double(kS[p[2] % 4]));
+    cfg.params.set("supergroup_size", double(kSG[(p[2] / 4) % 4]));
+    cfg.params.set("hierarchical_scales", double(!(p[3] & 1)));
+    cfg.params.set("uniform_levels", double((p[3] & 2) != 0));
+    cfg.params.set("allocator", (p[3] & 4) ? "exact" : "fast");
+    cfg.params.set("rounding", (!(p[3] & 8)) ? "correlated" : "independent");
+    if (p[3] & 16) cfg.params.set("eps", std::vector<double>{-1, -1, p[4] / 256.0, p[5] / 256.0});
   } else if (c.mode == mode_id("bitsplit")) {
-    cfg.bits = 2 + p[0] % 7;
+    cfg.params.set("bits", double(2 + p[0] % 7));
     static const int kG[6] = {0, 32, 64, 96, 128, 256};
-    cfg.group_size = kG[p[1] % 6];
-    cfg.spike_reserve = p[2] % 3 - 1;
-    cfg.log_scales = p[3] & 1;
-    cfg.stochastic = !(p[3] & 2);
+    cfg.params.set("group_size", double(kG[p[1] % 6]));
+    set_spike_reserve(cfg.params, p[2] % 3 - 1);
+    cfg.params.set("log_scales", double(p[3] & 1));
+    cfg.params.set("rounding", (!(p[3] & 2)) ? "stochastic" : "nearest");
   } else if (c.mode == mode_id("bounded")) {
     if (p[0] & 1)
-      cfg.error_bound_rel = (1.0 + p[1]) / 256.0 * std::ldexp(1.0, -(p[2] % 24));
+      cfg.params.set("error_bound_rel", double((1.0 + p[1]) / 256.0 * std::ldexp(1.0, -(p[2] % 24))));
     else
-      cfg.error_bound = (1.0 + p[1] / 256.0) * std::ldexp(1.0, p[2] % 96 - 80);
+      cfg.params.set("error_bound", double((1.0 + p[1] / 256.0) * std::ldexp(1.0, p[2] % 96 - 80)));
   }
   return cfg;
 }
@@ -213,8 +211,7 @@ inline bool make_setup(const CodecCase& c, CodecSetup& s) {
   s.rng.key = make_rng_key(cfg.seed, 1);
   s.rng.rank = c.rank;
   s.rng.world = c.world;
-  s.rng.correlated = cfg.correlated;
-  s.rng.stochastic = cfg.stochastic;
+  s.scheme->set_rng_flags(s.rng);
   s.out.bias_scale = float(c.world);
   s.out.divisor = c.mean ? float(c.world) : 1.0f;
   return true;

@@ -59,7 +59,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   } catch (const std::exception& e) {
     fail(std::string("make_plan threw on received statistics: ") + e.what());
   }
-  const int S = cfg.supergroup_size;
+  const ParamSet prm = resolve_params(mode_params(cfg.mode), cfg.params, "dynamiq");
+  uint32_t widths_mask = 0;
+  for (double w : prm.list("widths")) widths_mask |= 1u << int(w);
+  const int S = int(prm.num("supergroup_size"));
   const int64_t nsg = (numel + S - 1) / S;
   FUZZ_CHECK(plan.numel == numel && plan.unit == S && plan.num_units == nsg, "plan shape");
   FUZZ_CHECK(plan.order.size() == size_t(nsg) && plan.bits.size() == size_t(nsg) &&
@@ -68,21 +71,21 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::vector<uint8_t> seen(size_t(nsg), 0);
   DynamiqFormat fmt;
   fmt.S = S;
-  fmt.s = cfg.group_size;
-  fmt.hierarchical = cfg.hierarchical_scales;
+  fmt.s = int(prm.num_or("group_size", 16));
+  fmt.hierarchical = prm.flag("hierarchical_scales");
   FUZZ_CHECK(plan.wire_offset[0] == 0, "wire_offset[0]");
   for (int64_t w = 0; w < nsg; ++w) {
     const int32_t src = plan.order[size_t(w)];
     FUZZ_CHECK(src >= 0 && src < nsg && !seen[size_t(src)], "order is not a permutation");
     seen[size_t(src)] = 1;
     const int b = plan.bits[size_t(src)];
-    FUZZ_CHECK(dynamiq_width_index(b) >= 0 && ((cfg.widths_mask >> b) & 1), "width " + std::to_string(b));
+    FUZZ_CHECK(dynamiq_width_index(b) >= 0 && ((widths_mask >> b) & 1), "width " + std::to_string(b));
     FUZZ_CHECK(plan.wire_offset[size_t(w) + 1] - plan.wire_offset[size_t(w)] == dynamiq_sg_bytes(b, fmt),
                "wire_offset is not the SG size");
   }
-  FUZZ_CHECK(dynamiq_fits_budget(plan.wire_offset.back(), cfg.bits, numel),
+  FUZZ_CHECK(dynamiq_fits_budget(plan.wire_offset.back(), prm.num("bits"), numel),
              "over budget: " + std::to_string(plan.wire_offset.back()) + " bytes for bits=" +
-                 std::to_string(cfg.bits) + " numel=" + std::to_string(numel));
+                 std::to_string(prm.num("bits")) + " numel=" + std::to_string(numel));
   FUZZ_CHECK(plan.num_chunks() == chunks && plan.chunk_begin.front() == 0 && plan.chunk_begin.back() == nsg,
              "chunk_begin ends");
   for (int ch = 0; ch < chunks; ++ch) {

@@ -36,10 +36,10 @@ def test_cli_bad_input_one_line_exit_2(argv, needle, tmp_path):
     (["--sizes", "0"], "bad size '0'"),
     (["--sizes", "1M,,2M"], "an empty entry"),
     (["--sizes", "3", "--dtype", "bfloat16"], "not a whole number of bfloat16 elements"),
-    (["--modes", "dynamiq:2"], "bits=2.0 is invalid"),  # the budget must exceed 2 bits
+    (["--modes", "dynamiq:2"], "bits=2 is below the 2.5625 bits"),  # the budget floor, default widths
     (["--modes", "bitsplit:9"], "bits=9.0 is invalid"),
     (["--modes", "dynamiq:five"], "'five' is not a number"),
-    (["--modes", "lossless:4"], "lossless takes no bit width"),
+    (["--modes", "lossless:4"], "lossless takes no parameter"),
     (["--topologies", "ring,star"], "unknown topology 'star'"),
     (["--collectives", "alltoall"], "unknown collective 'alltoall'"),
     (["--config", "bogus=1"], "bad --config 'bogus=1'"),

@@ -47,8 +47,7 @@ def test_threads_do_not_change_results(restore_threads, world, dtype, mode, roun
     # blocks large enough to split (at least 256 super-groups / 64 bitsplit units / 64 lossless
     # segments per thread)
     xs = [(torch.randn(2_000_003, generator=g) * (1 + r)).to(dtype) for r in range(world)]
-    bits = 5.0 if mode == "dynamiq" else 4
-    cfg = dynamiq.Config(mode=mode, bits=bits, topology=topology, rounding=rounding)
+    cfg = dynamiq.Config(mode=mode, topology=topology, rounding=rounding)  # each mode's default bits
     dynamiq.set_cpu_threads(1)
     ref = dynamiq.simulate(xs, cfg)
     dynamiq.set_cpu_threads(2)

@@ -233,9 +233,11 @@ def test_config_validation_catches_what_the_codecs_reject():
     for kw in cases:
         with pytest.raises(dynamiq.ConfigError):
             dynamiq.Config(**kw)
-    for name, bad in (("log_scales", "yes"), ("hierarchical_scales", None), ("uniform_levels", 1)):
-        with pytest.raises(dynamiq.ConfigError, match=name):
-            dynamiq.Config(**{name: bad})
+    for mode, name, bad in (("bitsplit", "log_scales", "yes"), ("dynamiq", "hierarchical_scales", 0),
+                            ("dynamiq", "uniform_levels", 1)):
+        with pytest.raises(dynamiq.ConfigError, match=f"{name}={bad!r} is invalid; allowed: True, False"):
+            dynamiq.Config(mode=mode, **{name: bad})
+    assert dynamiq.Config(hierarchical_scales=None).hierarchical_scales is True  # None: the mode's default
     for mode in ("none", "dynamiq", "lossless", "bitsplit"):  # the defaults stay valid
         dynamiq.Config(mode=mode)
     dynamiq.Config(mode="bitsplit", bits=4, group_size=64)
@@ -320,10 +322,13 @@ def test_all_reduce_on_a_rank_outside_the_group_returns_like_torch():
 def test_demo_bits_default_depends_on_mode_and_explicit_bits_are_kept():
     from dynamiq.demo import parse_args
 
-    assert parse_args([]).bits == 5.0
-    assert parse_args(["--mode", "bitsplit"]).bits == 4
+    # no --bits: the mode's own default (the codec declares it), as the demo's Config takes it
+    assert parse_args([]).bits is None and parse_args(["--mode", "bitsplit"]).bits is None
+    assert dynamiq.Config(mode="dynamiq").bits == 5.0 and dynamiq.Config(mode="bitsplit").bits == 4
     assert parse_args(["--mode", "bitsplit", "--bits", "5"]).bits == 5  # was silently 4
     assert parse_args(["--bits", "3.5"]).bits == 3.5
+    with pytest.raises(SystemExit):  # mode lossless has no bits
+        parse_args(["--mode", "lossless", "--bits", "4"])
 
 
 _EXIT_SCRIPT = r"""

@@ -65,7 +65,7 @@ def build(spec, group=None):
     fully_shard(model, **kw)
     state = None
     if spec.get("rs") is not None:
-        cfg = dynamiq.Config(mode=spec["rs"], bits=5.0, seed=1)
+        cfg = dynamiq.Config(mode=spec["rs"], seed=1)  # (dynamiq at its default, 5 bits)
         state = dynamiq.fsdp.enable(model, cfg, all_gather=spec.get("ag", "lossless"),
                                     replicate_group=spec.get("replicate_group"))
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
@@ -193,6 +193,43 @@ def _hsdp(rank, world):
         model, state, opt = build({"rs": mode, "ag": None, "replicate_group": repl}, group=shard)
         out[mode] = (train(model, opt, 10, rank), params(model), state.totals["all_reduce"]["calls"])
     return out
+
+
+def _refusals(rank, world):
+    from torch.distributed.fsdp import fully_shard
+    model = TinyLM()
+    fully_shard(model)
+    out = {}
+    for name, cfg in (("auto", dynamiq.Config(mode="auto")),
+                      ("hierarchical", dynamiq.Config(topology="hierarchical", local_size=1))):
+        try:
+            dynamiq.fsdp.enable(model, cfg)
+            out[name] = "accepted"
+        except dynamiq.DynamiqError as e:
+            out[name] = str(e)
+    first = dynamiq.fsdp.enable(model, dynamiq.Config(mode="lossless"))
+    try:
+        dynamiq.fsdp.enable(model, dynamiq.Config(mode="lossless"))
+        out["twice"] = "accepted"
+    except dynamiq.DynamiqError as e:
+        out["twice"] = str(e)
+    second = dynamiq.fsdp.enable(model, dynamiq.Config(mode="none"), replace=True)
+    x, y = batch(0, rank)
+    torch.nn.functional.cross_entropy(model(x).flatten(0, 1), y.flatten()).backward()
+    out["counts"] = (first.totals["reduce_scatter"]["calls"], second.totals["reduce_scatter"]["calls"])
+    return out
+
+
+def test_fsdp_enable_refuses_what_fails_later():
+    # issue 44: mode auto and topology hierarchical passed enable and failed at the first
+    # collective on every rank ("mode id 255 is not available"); a second enable replaced the
+    # first one's collectives, whose state then counted nothing
+    res = run_ranks(_refusals, 2, timeout=300)
+    for out in res:
+        assert "mode 'auto' runs all-reduces only" in out["auto"], out["auto"]
+        assert "topology 'hierarchical' runs all-reduces only" in out["hierarchical"], out["hierarchical"]
+        assert "already enabled on this model" in out["twice"], out["twice"]
+        assert out["counts"][0] == 0 and out["counts"][1] > 0, out["counts"]
 
 
 def test_hsdp_replicate_hook():

@@ -296,8 +296,9 @@ def test_width_units_count_dynamiq_super_groups_only():
     _, st = dynamiq.simulate(xs, dynamiq.Config(mode="dynamiq", min_compress_numel=0), return_stats=True)
     assert sum(st[0]["width_units"].values()) == math.ceil(10_000 / 256)
     assert st[0]["width_units"][16] == 0 and st[0]["alloc_exact"] == 1
-    for mode, bits in (("none", 5.0), ("lossless", 5.0), ("bitsplit", 4), ("bitsplit", 3)):
-        _, st = dynamiq.simulate(xs, dynamiq.Config(mode=mode, bits=bits, min_compress_numel=0), return_stats=True)
+    for mode, bits in (("none", None), ("lossless", None), ("bitsplit", 4), ("bitsplit", 3)):
+        kw = {} if bits is None else {"bits": bits}
+        _, st = dynamiq.simulate(xs, dynamiq.Config(mode=mode, min_compress_numel=0, **kw), return_stats=True)
         assert set(st[0]["width_units"].values()) == {0}, (mode, st[0]["width_units"])
         assert st[0]["alloc_exact"] == 0 and st[0]["alloc_passes"] == 0
 

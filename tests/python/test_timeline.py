@@ -30,8 +30,7 @@ def _all(rank, world, timeline):
             g = torch.Generator().manual_seed(rank + 1)
             x = torch.randn(60_013, generator=g) * 1e-3
             extra = {"error_bound_rel": 1e-3} if mode == "bounded" else {}  # bounded needs a bound
-            cfg = dynamiq.Config(mode=mode, topology=topo, block_bytes=4096,
-                                 bits=4.0 if mode == "bitsplit" else 5.0, **extra)
+            cfg = dynamiq.Config(mode=mode, topology=topo, block_bytes=4096, **extra)  # each mode's default bits
             stats = run_collective(x, name, cfg, "sum", seq, timeline=timeline)
             seq += 1
             out[(mode, topo)] = (x.view(torch.int32).tolist(), stats)
@@ -118,8 +117,7 @@ def _ddp_steps(rank, world, stats_ahead, mode):
     model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 256),
                                 torch.nn.ReLU(), torch.nn.Linear(256, 10))
     ddp = DDP(model, bucket_cap_mb=0.02)  # several buckets: bucket k+1's pass runs beside bucket k
-    state = dynamiq.register(ddp, dynamiq.Config(mode=mode, bits=4.0 if mode == "bitsplit" else 5.0,
-                                                  min_compress_numel=0))
+    state = dynamiq.register(ddp, dynamiq.Config(mode=mode, min_compress_numel=0))  # each mode's default bits
     state.stats_ahead = stats_ahead
     state.timeline = True
     opt = torch.optim.SGD(ddp.parameters(), lr=0.1)

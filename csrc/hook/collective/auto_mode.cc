@@ -186,6 +186,7 @@ CallStats auto_all_reduce(Transport& tr, const CollectiveConfig& cfg, const Call
     c.mode = cfg.auto_lossy;
     st.my_lossy = calibrate_codec(c);
     c.mode = mode_id("lossless");
+    c.params = ParamSet();  // (the parameters are auto_lossy's)
     st.my_lossless = calibrate_codec(c);
     if (a.device) {  // device kernels: not measured, counted as free (the wire decides)
       st.my_lossy.local = st.my_lossy.kernel = 0.0;
@@ -214,6 +215,7 @@ CallStats auto_all_reduce(Transport& tr, const CollectiveConfig& cfg, const Call
   const AutoPrediction p = auto_predict(st, cfg, tr.size(), a.numel, a.dtype);
   CollectiveConfig c = cfg;
   c.mode = p.modes[p.choice];
+  if (c.mode != cfg.auto_lossy) c.params = ParamSet();  // (the parameters are auto_lossy's)
   AutoExchange ex;
   ex.local = st.report();
   ex.fingerprint = cfg.fingerprint();

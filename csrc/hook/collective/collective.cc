@@ -193,7 +193,7 @@ namespace {
 // kExactNonfinite once the header has told whether some rank holds an inf/NaN.
 Path path_before_header(const CollectiveConfig& cfg, const Scheme& scheme, int world, int64_t numel) {
   if (scheme.identity() || world == 1) return Path::kExactMode;
-  if (numel < std::max<int64_t>(cfg.min_compress_numel, cfg.supergroup_size)) return Path::kExactTiny;
+  if (numel < std::max<int64_t>(cfg.min_compress_numel, scheme.min_compressed_numel())) return Path::kExactTiny;
   if (!scheme.fits_budget(numel)) return Path::kExactBudget;
   return Path::kCompressed;
 }
@@ -336,7 +336,8 @@ Layout plan_compressed(Transport& tr, const CollectiveConfig& cfg, const CallArg
 }
 
 // Steps 5-6: execute; the codec's decompress writes the finished values.
-ExecArgs compressed_exec_args(Transport& tr, const CollectiveConfig& cfg, const CallArgs& a, uint32_t slice) {
+ExecArgs compressed_exec_args(Transport& tr, const CollectiveConfig& cfg, const Scheme& scheme, const CallArgs& a,
+                              uint32_t slice) {
   const int n = tr.size();
   ExecArgs ea;
   ea.bucket = a.data;
@@ -347,8 +348,7 @@ ExecArgs compressed_exec_args(Transport& tr, const CollectiveConfig& cfg, const 
   ea.rng.key = make_rng_key(cfg.seed, a.seq, slice);
   ea.rng.rank = tr.rank();
   ea.rng.world = n;
-  ea.rng.correlated = cfg.correlated;
-  ea.rng.stochastic = cfg.stochastic;
+  scheme.set_rng_flags(ea.rng);
   ea.memory = a.device ? &a.device->memory() : nullptr;
   ea.timeline = a.timeline;
   ea.timeline_slice = int32_t(slice);
@@ -438,7 +438,7 @@ CallStats all_reduce_one(Transport& tr, const CollectiveConfig& cfg, const CallA
   if (a.device && !setup.device_codec) setup.device_codec = device_codec(cfg, *setup.scheme, *a.device);
   const Codec& codec = a.device ? *setup.device_codec : setup.scheme->codec();
   t0 = Clock::now();
-  execute(tr, codec, l.plan, l.bt, l.prog, compressed_exec_args(tr, cfg, a, slice), cs);
+  execute(tr, codec, l.plan, l.bt, l.prog, compressed_exec_args(tr, cfg, *setup.scheme, a, slice), cs);
   phase(a.timeline, "execute", slice, t0, Clock::now());
   finish(cs, t_start, a);
   return cs;

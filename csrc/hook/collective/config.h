@@ -5,20 +5,12 @@
 
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <string>
 
-namespace dynamiq {
+#include "kernels/params.h"
 
-// A mode's id. The modes and their ids are listed in the codec registry
-// (kernels/registry.h: mode_id("dynamiq"), mode_name(id)); the id is part of
-// the wire fingerprint: never renumber.
-enum class Mode : uint8_t {};
-// Mode "none" (the identity codec, which is also the exact path of every
-// other mode): the default.
-inline constexpr Mode kModeNone = Mode(0);
-// Mode "auto" (auto_mode.h): per bucket one of auto_lossy,
-// lossless and none, from a cost model. Not a codec: never in the registry.
-inline constexpr Mode kModeAuto = Mode(255);
+namespace dynamiq {
 
 // Numeric values are part of the wire fingerprint: never renumber.
 // kHierarchical: ranks grouped by node (local_size per node): an intra-node
@@ -39,24 +31,10 @@ struct CollectiveConfig {
   Topology topology = Topology::kRing;
   uint64_t seed = 0;
 
-  // Lossy modes.
-  double bits = 5.0;                 // DynamiQ: budget per coordinate incl. metadata; bitsplit: width
-  uint32_t widths_mask = (1u << 2) | (1u << 4) | (1u << 8);  // DynamiQ: allowed widths (bit w set)
-  bool exact_allocator = false;      // DynamiQ: section 3.2 search instead of appendix A rule
-  bool correlated = true;            // DynamiQ: correlated rounding across ranks
-  bool stochastic = true;            // bitsplit: stochastic (true) or nearest rounding
-  int32_t group_size = 0;            // 0: mode default (DynamiQ 16; bitsplit 128 or 32)
-  int32_t supergroup_size = 256;     // DynamiQ super-group size S
-  int32_t spike_reserve = -1;        // bitsplit: -1 auto (on for 2-3 bits), 0 off, 1 on
-  bool log_scales = false;           // bitsplit: integer log scales
-  // DynamiQ non-uniform level parameter per width index (1,2,4,8 -> 0..3); <0: default.
-  std::array<float, 4> eps{{-1.f, -1.f, -1.f, -1.f}};
-  bool uniform_levels = false;       // ablation: uniform levels
-  bool hierarchical_scales = true;   // ablation: off = group scales as bf16
-  // Mode bounded: exactly one is nonzero. error_bound: the absolute bound e of
-  // one compression; error_bound_rel: r, e = r x the ranks' mean value range.
-  double error_bound = 0.0;
-  double error_bound_rel = 0.0;
+  // The codec's parameters (bits, rounding, error_bound, ...), as each codec declares them in
+  // its folder (kernels/params.h, registered with the mode: registry.h). For mode auto, those
+  // of auto_lossy. Given ones only, or resolved (every default filled in: make_scheme does it).
+  ParamSet params;
 
   // Topology kHierarchical (hierarchical.h): ranks per node (consecutive
   // ranks share a node; 0: not given, an error there) and the mode of the
@@ -90,9 +68,18 @@ struct CollectiveConfig {
   int64_t compressed_block_bytes() const { return block_bytes > 0 ? block_bytes : kCompressedBlockBytes; }
   int64_t exact_block_bytes() const { return block_bytes > 0 ? block_bytes : kExactBlockBytes; }
 
-  // Hash of every field above (FNV-1a over a canonical encoding).
+  // The mode whose parameters `params` are: auto_lossy for mode auto, else mode.
+  Mode codec_mode() const { return mode == kModeAuto ? auto_lossy : mode; }
+
+  // Hash of every field above and of every declared parameter that says so (FNV-1a over a
+  // canonical encoding; config.cc).
   uint64_t fingerprint() const;
   std::string describe() const;
 };
+
+class Scheme;
+// make_scheme(cfg.mode, cfg.params) (kernels/registry.h); mode auto is refused (the driver makes
+// its candidates' schemes).
+std::unique_ptr<Scheme> make_scheme(const CollectiveConfig& cfg);
 
 }  // namespace dynamiq

@@ -90,6 +90,7 @@ std::string config_problem(const CollectiveConfig& cfg, int world) {
 CollectiveConfig hierarchical_intra_config(const CollectiveConfig& cfg) {
   CollectiveConfig c = cfg;
   c.mode = cfg.intra_mode;
+  c.params = ParamSet();  // `params` are the inter-node mode's; the exact intra modes have none
   c.topology = Topology::kRing;
   c.local_size = 0;
   c.intra_mode = kModeNone;

@@ -386,6 +386,151 @@ py::list run_simulate_sharded(int kind, std::vector<at::Tensor> inputs, std::vec
   return out;
 }
 
+// ---- codec parameters (kernels/params.h): Python values <-> ParamValue -------------------------
+
+bool is_number(const py::handle& o) { return !py::isinstance<py::bool_>(o) && (py::isinstance<py::int_>(o) || py::isinstance<py::float_>(o)); }
+
+// o as the declared type; false where it is not one (the caller raises with the allowed values).
+bool to_param_value(const ParamDecl& d, const py::handle& o, ParamValue& v) {
+  auto num = [](const py::handle& x, double& out) {
+    if (!is_number(x)) return false;
+    try {
+      out = x.cast<double>();  // an int too large for a double: OverflowError -> refused
+    } catch (const std::exception&) {
+      PyErr_Clear();
+      return false;
+    }
+    return true;
+  };
+  switch (d.type) {
+    case ParamType::kNumber: return num(o, v.num);
+    case ParamType::kInteger: return py::isinstance<py::int_>(o) && !py::isinstance<py::bool_>(o) && num(o, v.num);
+    case ParamType::kBool:
+      if (!py::isinstance<py::bool_>(o)) return false;
+      v.num = o.cast<bool>() ? 1.0 : 0.0;
+      return true;
+    case ParamType::kChoice:
+      if (!py::isinstance<py::str>(o)) return false;
+      v.str = o.cast<std::string>();
+      return true;
+    case ParamType::kNumbers:
+    case ParamType::kIntegers: {
+      if (!py::isinstance<py::tuple>(o) && !py::isinstance<py::list>(o)) return false;
+      for (const py::handle x : o) {
+        double e;
+        if (!num(x, e) || (d.type == ParamType::kIntegers && !py::isinstance<py::int_>(x))) return false;
+        v.list.push_back(e);
+      }
+      return true;
+    }
+  }
+  return false;
+}
+
+py::object from_param_value(const ParamDecl& d, const ParamValue& v) {
+  switch (d.type) {
+    case ParamType::kNumber: return d.integral ? py::object(py::int_(int64_t(v.num))) : py::object(py::float_(v.num));
+    case ParamType::kInteger: return py::int_(int64_t(v.num));
+    case ParamType::kBool: return py::bool_(v.num != 0.0);
+    case ParamType::kChoice: return py::str(v.str);
+    case ParamType::kNumbers: {
+      py::tuple t(v.list.size());
+      for (size_t i = 0; i < v.list.size(); ++i) t[i] = py::float_(v.list[i]);
+      return t;
+    }
+    case ParamType::kIntegers: {
+      py::tuple t(v.list.size());
+      for (size_t i = 0; i < v.list.size(); ++i) t[i] = py::int_(int64_t(v.list[i]));
+      return t;
+    }
+  }
+  return py::none();
+}
+
+const ParamDecl& find_param(Mode mode, const std::string& name) {
+  const auto& decls = mode_params(mode);
+  for (const ParamDecl& d : decls)
+    if (d.name == name) return d;
+  std::string names;
+  for (const ParamDecl& d : decls) names += (names.empty() ? "" : ", ") + d.name;
+  throw Error(name + " is not a parameter of mode '" + mode_name(mode) + "' (its parameters: " +
+              (names.empty() ? "none" : names) + ")");
+}
+
+void set_param(CollectiveConfig& c, const std::string& name, const py::object& value) {
+  const ParamDecl& d = find_param(c.codec_mode(), name);
+  ParamValue v;
+  const std::string shown = py::repr(value).cast<std::string>();
+  if (!to_param_value(d, value, v))
+    throw Error(name + "=" + shown + " is invalid; allowed: " + d.allowed() + " for mode '" +
+                mode_name(c.codec_mode()) + "'");
+  try {
+    d.check(v, shown);
+  } catch (const Error& e) {
+    throw Error(std::string(e.what()) + " for mode '" + mode_name(c.codec_mode()) + "'");
+  }
+  c.params.set(name, std::move(v));
+}
+
+py::dict params_dict(const CollectiveConfig& c) {
+  py::dict out;
+  for (const auto& [name, v] : c.params.values()) out[py::str(name)] = from_param_value(find_param(c.codec_mode(), name), v);
+  return out;
+}
+
+bool mode_is_exact(Mode id) {
+  // A mode whose scheme refuses its defaults needs parameters of its own (bounded: an error
+  // bound), which only a lossy mode has.
+  try {
+    return make_scheme(id, ParamSet())->exact();
+  } catch (const Error&) {
+    return false;
+  }
+}
+
+const char* param_type_name(ParamType t) {
+  switch (t) {
+    case ParamType::kNumber: return "number";
+    case ParamType::kInteger: return "integer";
+    case ParamType::kBool: return "bool";
+    case ParamType::kChoice: return "choice";
+    case ParamType::kNumbers: return "numbers";
+    case ParamType::kIntegers: return "integers";
+  }
+  return "?";
+}
+
+py::list mode_info() {
+  py::list out;
+  for (const ModeInfo& e : registered_modes()) {
+    py::list params;
+    for (const ParamDecl& d : mode_params(e.id)) {
+      py::dict p;
+      p["name"] = d.name;
+      p["type"] = param_type_name(d.type);
+      p["default"] = d.has_default ? from_param_value(d, d.def) : py::none();
+      p["doc"] = d.doc;
+      p["allowed"] = d.allowed();
+      p["lo"] = d.lo;
+      p["hi"] = d.hi;
+      p["lo_open"] = d.lo_open;
+      p["integral"] = d.integral;
+      p["also"] = d.also;
+      p["choices"] = d.choices;
+      p["size"] = d.size;
+      p["fingerprint"] = d.fingerprint;
+      params.append(p);
+    }
+    py::dict m;
+    m["name"] = e.name;
+    m["id"] = int(e.id);
+    m["exact"] = mode_is_exact(e.id);
+    m["params"] = params;
+    out.append(m);
+  }
+  return out;
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_C, m) {
@@ -431,20 +576,12 @@ PYBIND11_MODULE(_C, m) {
             c.topology = Topology(v);
           })
       .def_readwrite("seed", &CollectiveConfig::seed)
-      .def_readwrite("bits", &CollectiveConfig::bits)
-      .def_readwrite("widths_mask", &CollectiveConfig::widths_mask)
-      .def_readwrite("exact_allocator", &CollectiveConfig::exact_allocator)
-      .def_readwrite("correlated", &CollectiveConfig::correlated)
-      .def_readwrite("stochastic", &CollectiveConfig::stochastic)
-      .def_readwrite("group_size", &CollectiveConfig::group_size)
-      .def_readwrite("supergroup_size", &CollectiveConfig::supergroup_size)
-      .def_readwrite("spike_reserve", &CollectiveConfig::spike_reserve)
-      .def_readwrite("log_scales", &CollectiveConfig::log_scales)
-      .def_readwrite("eps", &CollectiveConfig::eps)
-      .def_readwrite("uniform_levels", &CollectiveConfig::uniform_levels)
-      .def_readwrite("hierarchical_scales", &CollectiveConfig::hierarchical_scales)
-      .def_readwrite("error_bound", &CollectiveConfig::error_bound)
-      .def_readwrite("error_bound_rel", &CollectiveConfig::error_bound_rel)
+      .def("set_param", &set_param, py::arg("name"), py::arg("value"),
+           "Sets a parameter of the config's codec mode (auto_lossy's for mode auto: set mode and "
+           "auto_lossy first), checked against the mode's declaration (DynamiqError naming the "
+           "mode's parameters, or the values allowed).")
+      .def_property_readonly("params", [](const CollectiveConfig& c) { return params_dict(c); },
+                             "The parameters set, by name.")
       .def_readwrite("block_bytes", &CollectiveConfig::block_bytes)
       .def_readwrite("min_compress_numel", &CollectiveConfig::min_compress_numel)
       .def_readwrite("window_bytes", &CollectiveConfig::window_bytes)
@@ -470,13 +607,9 @@ PYBIND11_MODULE(_C, m) {
   m.def(
       "validate_config",
       [](const CollectiveConfig& c) {
-        CollectiveConfig v = c;
-        if (v.mode == kModeAuto) v.mode = v.auto_lossy;
-        make_scheme(v);
-        if (c.topology == Topology::kHierarchical) {
-          v.mode = c.intra_mode;
-          DQ_CHECK(make_scheme(v)->exact(), "intra_mode must be an exact mode (none or lossless)");
-        }
+        make_scheme(c.codec_mode(), c.params);
+        if (c.topology == Topology::kHierarchical)
+          DQ_CHECK(make_scheme(c.intra_mode, ParamSet())->exact(), "intra_mode must be an exact mode (none or lossless)");
       },
       py::arg("config"),
       "Builds the mode's scheme from the config once and discards it: raises DynamiqError for a "
@@ -624,17 +757,11 @@ PYBIND11_MODULE(_C, m) {
         "The id of a registered mode (CollectiveConfig.mode); DynamiqError for an unknown name.");
   m.def("mode_name", [](int id) { return std::string(id >= 0 && id <= 255 ? mode_name(Mode(id)) : "?"); },
         py::arg("id"), "The name of a registered mode id, '?' for another.");
-  m.def("mode_is_exact", [](const std::string& name) {
-    CollectiveConfig c;
-    c.mode = mode_id(name);
-    // A mode whose scheme refuses the default config needs parameters of its
-    // own (bounded: an error bound), which only a lossy mode has.
-    try {
-      return make_scheme(c)->exact();
-    } catch (const Error&) {
-      return false;
-    }
-  }, py::arg("name"), "True for a registered mode whose result is exact (Scheme::exact: none, lossless).");
+  m.def("mode_is_exact", [](const std::string& name) { return mode_is_exact(mode_id(name)); }, py::arg("name"),
+        "True for a registered mode whose result is exact (Scheme::exact: none, lossless).");
+  m.def("mode_info", &mode_info,
+        "Every registered mode, by id: {name, id, exact, params: [{name, type, default, doc, allowed, "
+        "lo, hi, lo_open, integral, also, choices, size, fingerprint}]} (kernels/params.h).");
   m.def(
       "dynamiq_sg_bytes",
       [](int width, int supergroup_size, int group_size, bool hierarchical) {

@@ -94,16 +94,25 @@ class BoundedScheme final : public Scheme {
 
 }  // namespace
 
-std::unique_ptr<Scheme> make_bounded_scheme(const CollectiveConfig& cfg) {
-  const double a = cfg.error_bound, r = cfg.error_bound_rel;
-  const bool has_a = a != 0.0, has_r = r != 0.0;
+std::unique_ptr<Scheme> make_bounded_scheme(const ParamSet& cfg) {
+  const bool has_a = cfg.has("error_bound"), has_r = cfg.has("error_bound_rel");
   if (has_a == has_r)
-    throw Error("mode 'bounded' needs exactly one of error_bound (absolute) and error_bound_rel (relative)");
-  if (has_a && !(a > 0.0 && a <= double(kBoundedMaxBound)))
-    throw Error("mode 'bounded': error_bound=" + std::to_string(a) + " must be in (0, 2^126]");
-  if (has_r && !(r > 0.0 && r <= 1.0))
-    throw Error("mode 'bounded': error_bound_rel=" + std::to_string(r) + " must be in (0, 1]");
-  return std::make_unique<BoundedScheme>(a, r);
+    throw Error("mode='bounded' needs exactly one of error_bound (absolute) and error_bound_rel (relative to "
+                "the value range)");
+  return std::make_unique<BoundedScheme>(cfg.num_or("error_bound", 0.0), cfg.num_or("error_bound_rel", 0.0));
+}
+
+// Mode bounded's parameters (kernels/params.h): exactly one of the two is given (the factory
+// above checks it).
+std::vector<ParamDecl> bounded_params() {
+  return {
+      unset(number_param("error_bound", 0, 0, double(kBoundedMaxBound), true,
+                         "the absolute error bound e of one compression (rounded down to float32); a sum "
+                         "over n ranks is within n x e of the exact sum")),
+      unset(number_param("error_bound_rel", 0, 0, 1, true,
+                         "a bound relative to the bucket's value range: e = error_bound_rel x the mean over "
+                         "ranks of each rank's max - min")),
+  };
 }
 
 }  // namespace dynamiq

@@ -20,44 +20,52 @@ std::string num(double x) {
   return b;
 }
 
-DynamiqParams params_from(const CollectiveConfig& cfg) {
+DynamiqParams params_from(const ParamSet& cfg) {
   DynamiqParams p;
-  p.fmt.S = cfg.supergroup_size;
-  p.fmt.s = cfg.group_size > 0 ? cfg.group_size : 16;
-  p.fmt.hierarchical = cfg.hierarchical_scales;
-  DQ_CHECK(p.fmt.S > 0 && p.fmt.s > 0 && p.fmt.S % p.fmt.s == 0,
-           "dynamiq: supergroup_size must be a positive multiple of group_size");
-  for (int i = 0; i < 4; ++i)
-    // negative: the default; anything else (NaN included) is validated by the codec
-    if (!(cfg.eps[size_t(i)] < 0.f)) p.eps[size_t(i)] = cfg.eps[size_t(i)];
-  p.uniform_levels = cfg.uniform_levels;
+  p.fmt.S = int32_t(cfg.num("supergroup_size"));
+  p.fmt.s = int32_t(cfg.num_or("group_size", 16));
+  p.fmt.hierarchical = cfg.flag("hierarchical_scales");
+  if (!(p.fmt.S > 0 && p.fmt.s > 0 && p.fmt.S % p.fmt.s == 0))
+    throw Error("dynamiq: supergroup_size=" + std::to_string(p.fmt.S) + " must be a multiple of group_size (" +
+                std::to_string(p.fmt.s) + ")");
+  if (cfg.has("eps"))
+    for (int i = 0; i < 4; ++i)
+      // -1: the width's default; anything else is validated by the codec
+      if (!(cfg.list("eps")[size_t(i)] < 0.0)) p.eps[size_t(i)] = float(cfg.list("eps")[size_t(i)]);
+  p.uniform_levels = cfg.flag("uniform_levels");
   return p;
+}
+
+uint32_t widths_mask(const ParamSet& cfg) {
+  uint32_t m = 0;
+  for (double w : cfg.list("widths")) m |= 1u << int(w);
+  return m;
 }
 
 class DynamiqScheme final : public Scheme {
  public:
-  explicit DynamiqScheme(const CollectiveConfig& cfg) : codec_(params_from(cfg)) {
-    alloc_.bits = cfg.bits;
-    alloc_.widths_mask = cfg.widths_mask;
+  explicit DynamiqScheme(const ParamSet& cfg)
+      : codec_(params_from(cfg)), correlated_(cfg.str("rounding") == "correlated") {
+    alloc_.bits = cfg.num("bits");
+    alloc_.widths_mask = widths_mask(cfg);
     alloc_.format = codec_.params().fmt;
-    alloc_.solver = cfg.exact_allocator ? AllocSolver::kExact : AllocSolver::kFast;
+    alloc_.solver = cfg.str("allocator") == "exact" ? AllocSolver::kExact : AllocSolver::kFast;
     // What the allocator would reject on every bucket, checked once here: the
     // widths (allowed, and each wider one strictly larger on the wire) and a
     // budget that fits a whole super-group at the narrowest width. Buckets
     // whose padded partial last super-group does not fit take the exact path
     // (fits_budget), which needs a budget that some bucket can meet.
     const WidthSet ws = dynamiq_width_set(alloc_.widths_mask, alloc_.format);
-    if (!(std::isfinite(cfg.bits) && cfg.bits > 0.0))
-      throw Error("dynamiq: bits must be a finite positive number (budget per coordinate), got " +
-                  num(cfg.bits));
     if (!dynamiq_budget_feasible(alloc_.format.S, alloc_.bits, alloc_.widths_mask, alloc_.format))
-      throw Error("dynamiq: bits=" + num(cfg.bits) + " is below the " +
+      throw Error("dynamiq: bits=" + num(alloc_.bits) + " is below the " +
                   num(dynamiq_min_feasible_bits(alloc_.format.S, alloc_.widths_mask, alloc_.format)) +
                   " bits per coordinate of a super-group at the narrowest allowed width (" +
                   std::to_string(ws.w[0]) + " bits with its scales); raise bits or allow a narrower width");
   }
   const Codec& codec() const override { return codec_; }
   bool exact() const override { return false; }
+  void set_rng_flags(RngCtx& rng) const override { rng.correlated = correlated_; }
+  int64_t min_compressed_numel() const override { return alloc_.format.S; }
   int64_t stats_count(DType, int64_t numel) const override {
     return 2 * ceil_div<int64_t>(numel, alloc_.format.S);
   }
@@ -109,13 +117,49 @@ class DynamiqScheme final : public Scheme {
   }
 
   DynamiqCodec codec_;
+  bool correlated_;
   AllocParams alloc_;
 };
 
 }  // namespace
 
-std::unique_ptr<Scheme> make_dynamiq_scheme(const CollectiveConfig& cfg) {
-  return std::make_unique<DynamiqScheme>(cfg);
+std::unique_ptr<Scheme> make_dynamiq_scheme(const ParamSet& cfg) { return std::make_unique<DynamiqScheme>(cfg); }
+
+// Mode dynamiq's parameters (kernels/params.h): the Config fields, their checks, defaults and
+// docs come from this list. Cross-field rules (the budget floor, S a multiple of s) are the
+// scheme's (above).
+std::vector<ParamDecl> dynamiq_params() {
+  ParamDecl widths;
+  widths.name = "widths";
+  widths.type = ParamType::kIntegers;
+  widths.def.list = {2, 4, 8};
+  widths.also = {1, 2, 4, 8, 16};
+  widths.doc = "the bit widths a super-group may take (16: raw bf16)";
+  ParamDecl eps = unset(number_param("eps", 0, 0, 4, false,
+                                     "spacing of the non-uniform levels for widths (1, 2, 4, 8); -1 keeps a "
+                                     "width's default (None: 0.30 at 4 bits, 0.06 at 8; 0: evenly spaced)"));
+  eps.type = ParamType::kNumbers;
+  eps.size = 4;
+  eps.also = {-1};
+  return {
+      number_param("bits", 5.0, 0.0, 16.0, true,
+                   "budget in bits per coordinate, group and super-group scales included; at least the "
+                   "narrowest allowed width's cost with its scales (2.5625 with the default widths and "
+                   "sizes, 1.5625 with width 1)"),
+      widths,
+      choice_param("allocator", {"fast", "exact"},
+                   "width allocation: appendix A's rule with its offset carried across steps, or section "
+                   "3.2's threshold search"),
+      choice_param("rounding", {"correlated", "independent"},
+                   "stochastic rounding correlated across ranks (the paper's), or independent per rank"),
+      unset(integer_param("group_size", 0, 1, 4096, "elements per scale group (None: 16)")),
+      integer_param("supergroup_size", 256, 16, 65536,
+                    "super-group size S, a multiple of group_size (the CUDA kernels need S <= 8192)"),
+      eps,
+      bool_param("uniform_levels", false, "ablation: evenly spaced levels"),
+      bool_param("hierarchical_scales", true,
+                 "uint8 group scales under a bf16 super-group scale; False sends bf16 group scales (ablation)"),
+  };
 }
 
 }  // namespace dynamiq

@@ -12,6 +12,9 @@ class IdentityScheme final : public IdentityPlanScheme<IdentityCodec> {
 
 }  // namespace
 
-std::unique_ptr<Scheme> make_identity_scheme(const CollectiveConfig&) { return std::make_unique<IdentityScheme>(); }
+std::unique_ptr<Scheme> make_identity_scheme(const ParamSet&) { return std::make_unique<IdentityScheme>(); }
+
+// Mode none has no parameters.
+std::vector<ParamDecl> identity_params() { return {}; }
 
 }  // namespace dynamiq

@@ -9,8 +9,11 @@
 
 namespace dynamiq {
 
-std::unique_ptr<Scheme> make_lossless_scheme(const CollectiveConfig&) {
+std::unique_ptr<Scheme> make_lossless_scheme(const ParamSet&) {
   return std::make_unique<IdentityPlanScheme<LosslessCodec>>();
 }
+
+// Mode lossless has no parameters.
+std::vector<ParamDecl> lossless_params() { return {}; }
 
 }  // namespace dynamiq

@@ -1,9 +1,12 @@
 // A test-only codec, "negate": it sends -x instead of x (the sign bit of
 // every value flipped) and negates back on receipt, over the identity codec's
 // plan, sums and rounding. So its results are mode none's, bit for bit, while
-// every byte on the wire differs from them. It lives entirely in this folder
-// and is registered with one line (test_negate_codec.cc): the worked example
-// of docs/architecture.md "Adding a codec".
+// every byte on the wire differs from them. Its one parameter, `mask` (default
+// 0x80, the sign bit), is what it XORs into the top byte of every value: a
+// parameter that changes every byte on the wire but no result, so ranks that
+// disagree on it must be stopped by the fingerprint. It lives entirely in this
+// folder and is registered with one line (test_negate_codec.cc): the worked
+// example of docs/architecture.md "Adding a codec".
 #pragma once
 
 #include <atomic>
@@ -16,9 +19,11 @@ namespace dynamiq {
 namespace negate_test {
 
 // Wire format of a block: the identity codec's (the block's values in the
-// bucket dtype, little-endian) with every value's sign bit flipped.
+// bucket dtype, little-endian) with every value's top byte XORed with mask.
 class NegateCodec final : public Codec {
  public:
+  explicit NegateCodec(uint8_t mask = 0x80) : mask_(mask) {}
+  uint8_t mask() const { return mask_; }
   std::string name() const override { return "negate"; }
   size_t static_bytes(const Plan& plan, const Block& b) const override { return id_.static_bytes(plan, b); }
   size_t compress(const Local& x, const Plan& plan, const Block& b, const RngCtx& rng,
@@ -36,13 +41,17 @@ class NegateCodec final : public Codec {
 
  private:
   IdentityCodec id_;
+  uint8_t mask_;
   static std::atomic<int64_t> encoded_;
 };
 
 // Mode "negate"'s scheme: exact (its sums are the identity codec's), no
-// statistics, the identity plan (IdentityPlanScheme). Rejects a config with a group size (it has
-// no groups), to show a factory's validation reaching Config.
-std::unique_ptr<Scheme> make_negate_scheme(const CollectiveConfig& cfg);
+// statistics, the identity plan (IdentityPlanScheme), its codec made with the
+// `mask` parameter. Rejects mask 0 (nothing would be changed on the wire) with
+// its own message, to show a factory's validation reaching Config.
+std::unique_ptr<Scheme> make_negate_scheme(const ParamSet& params);
+// Its one parameter (kernels/params.h): mask, an integer in [0, 255], default 128.
+std::vector<ParamDecl> negate_params();
 
 }  // namespace negate_test
 }  // namespace dynamiq

@@ -21,7 +21,7 @@ namespace negate_test {
 namespace {
 
 // The registration line: mode "negate" with an id the built-in modes do not use.
-const bool kRegistered = (register_codec("negate", Mode(200), make_negate_scheme), true);
+const bool kRegistered = (register_codec("negate", Mode(200), make_negate_scheme, negate_params()), true);
 
 TEST(NegateCodec, IsRegisteredUnderItsNameAndId) {
   ASSERT_TRUE(kRegistered);
@@ -32,8 +32,34 @@ TEST(NegateCodec, IsRegisteredUnderItsNameAndId) {
   const auto s = make_scheme(c);
   EXPECT_EQ(s->codec().name(), "negate");
   EXPECT_EQ(s->mode(), Mode(200));
-  c.group_size = 16;  // the factory's own validation
+  EXPECT_EQ(dynamic_cast<const NegateCodec&>(s->codec()).mask(), 0x80) << "the declared default";
+  // the declaration's check, naming the mode's parameters; then the factory's own
+  c.params.set("group_size", 16.0);
+  try {
+    make_scheme(c);
+    ADD_FAILURE() << "group_size accepted by mode negate";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("group_size is not a parameter of mode 'negate' (its parameters: mask)"),
+              std::string::npos) << e.what();
+  }
+  c.params.clear();
+  c.params.set("mask", 256.0);
   EXPECT_THROW(make_scheme(c), Error);
+  c.params.set("mask", 0.0);
+  EXPECT_THROW(make_scheme(c), Error);
+  c.params.set("mask", 1.0);
+  EXPECT_EQ(dynamic_cast<const NegateCodec&>(make_scheme(c)->codec()).mask(), 1);
+}
+
+// The parameter is the codec's, declared in this folder, and it reaches the fingerprint (by
+// name: it is not one of version 1's), so ranks that disagree on it are stopped.
+TEST(NegateCodec, ItsParameterEntersTheFingerprint) {
+  CollectiveConfig a, b;
+  a.mode = b.mode = mode_id("negate");
+  b.params.set("mask", 128.0);
+  EXPECT_EQ(a.fingerprint(), b.fingerprint()) << "the default, given or not";
+  b.params.set("mask", 127.0);
+  EXPECT_NE(a.fingerprint(), b.fingerprint());
 }
 
 // The bytes of a block are -x, and decompress gives x back.
