@@ -395,7 +395,7 @@ def load_budgets(path: str) -> list[Budget]:
     with open(path) as f:
         for no, raw in enumerate(f, 1):
             line = raw.split("#", 1)[0].strip()
-            if not line:
+            if not line or line.startswith("="):
                 continue
             cols = line.split()
             if len(cols) != 8:
@@ -408,6 +408,42 @@ def load_budgets(path: str) -> list[Budget]:
             out.append(Budget(re.compile(pat), op, cls == "hot", None if ipv == "-" else float(ipv), count,
                               float(rb), float(wb), float(bb), no))
     return out
+
+
+@dataclass
+class Composite:
+    name: str
+    bucket_b: float
+    patterns: list  # one row each: the first row whose "unit:kernel" the regex finds
+
+
+def load_composites(path: str) -> list[Composite]:
+    """The budget file's "= name | bucket_B | pattern pattern ..." lines: operations made of several
+    kernels that each pass every value once (estimate: a copy's time / the sum of their times)."""
+    out = []
+    with open(path) as f:
+        for no, raw in enumerate(f, 1):
+            line = raw.split("#", 1)[0].strip()
+            if not line.startswith("="):
+                continue
+            parts = [x.strip() for x in line[1:].split("|")]
+            if len(parts) != 3 or not parts[2]:
+                raise ValueError(f"{path}:{no}: '= name | bucket_B | patterns' expected: {line}")
+            out.append(Composite(parts[0], float(parts[1]), [re.compile(x) for x in parts[2].split()]))
+    return out
+
+
+def composite_estimate(c: Composite, rows: list) -> tuple[float | None, str]:
+    """(fraction of a copy, the kernels summed or what is missing)."""
+    total, names = 0.0, []
+    for pat in c.patterns:
+        r = next((r for r in rows if r.roof and pat.search(f"{r.unit}:{r.kernel}")), None)
+        if r is None:
+            return None, f"no estimated row for {pat.pattern}"
+        total += max(r.roof.mem_s, r.roof.issue_s)
+        names.append(r.kernel)
+    copy = 2.0 * c.bucket_b / H100["hbm_bytes_per_s"]
+    return copy / total, " + ".join(names)
 
 
 @dataclass
@@ -511,6 +547,18 @@ def compile_unit(entry: dict, nvcc: str, cuobjdump: str, outdir: str, arch: str,
     return u
 
 
+def record_launches(name: str, cmd: str, log: str, outdir: str) -> None:
+    """Runs `cmd` (a program built against the CUDA emulation) with the launch log on."""
+    if os.path.exists(log):
+        os.remove(log)
+    env = dict(os.environ, DYNAMIQ_CUDA_EMU_LAUNCH_LOG=log)
+    r = subprocess.run(shlex.split(cmd), env=env, capture_output=True, text=True)
+    with open(os.path.join(outdir, f"{name}.log"), "w") as f:
+        f.write(r.stdout + r.stderr)
+    if r.returncode != 0:
+        raise RuntimeError(f"{cmd} failed (rc {r.returncode}):\n{(r.stdout + r.stderr)[-3000:]}")
+
+
 def library_sources(cc: list[dict], root: str) -> list[dict]:
     """The library's CUDA sources in compile_commands.json: csrc/**/*.cu (tests and benchmarks not)."""
     csrc = os.path.realpath(os.path.join(root, "csrc")) + os.sep
@@ -612,7 +660,8 @@ def fmt_table(rows: list[Row]) -> str:
             f"{r.ipv:.1f}" if r.ipv is not None else "-",
             (f"{b.ipv_max:g}" if b.ipv_max is not None else "-") if b else "-",
             f"{b.read_b:g}/{b.write_b:g}" if b else "-",
-            r.roof.bound if r.roof else "-", f"{100 * r.roof.fraction:.0f}" if r.roof else "-"))
+            r.roof.bound if r.roof else "-",
+            (f"{100 * r.roof.fraction:.0f}" + ("*" if r.info.stack or r.info.spill_stores else "")) if r.roof else "-"))
     widths = [max(len(h), *(len(x[i]) for x in lines)) if lines else len(h) for i, h in enumerate(hdr)]
     out = ["  ".join(h.ljust(w) for h, w in zip(hdr, widths)).rstrip()]
     out.append("  ".join("-" * w for w in widths))
@@ -630,7 +679,8 @@ largest innermost loop's static instruction count / N values per thread per pass
 loops, straight:N = the whole kernel); B rd/wr = global bytes read / written per value (budget file, float32
 buckets unless the row says otherwise); est %copy = ESTIMATE (roofline, not a measurement): a device copy's
 time for the bucket's bytes / max(memory time, issue time), H100 SXM5: 3.35 TB/s HBM3, 132 SMs x 4 schedulers
-x 1 warp instruction/cycle at 1.98 GHz; bound = which term is larger."""
+x 1 warp instruction/cycle at 1.98 GHz; bound = which term is larger; * = the kernel uses local memory (stack
+frame or spills), whose traffic the bytes leave out: the estimate is optimistic."""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -638,9 +688,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--compile-commands", required=True)
     ap.add_argument("--root", default=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     ap.add_argument("--budgets", default=None)
+    ap.add_argument("--record", action="append", default=[],
+                    help="NAME=COMMAND: a program run on the CUDA emulation with DYNAMIQ_CUDA_EMU_LAUNCH_LOG set "
+                         "(beside the compiles); the first run that launched a kernel gives its configuration")
     ap.add_argument("--launch-log", action="append", default=[],
-                    help="SOURCE=FILE: a launch log and a name for the run that wrote it; the first log that "
-                         "launched a kernel gives its configuration")
+                    help="NAME=FILE: a launch log already written (read after the --record runs)")
     ap.add_argument("--out-dir", required=True)
     ap.add_argument("--nvcc", default="nvcc")
     ap.add_argument("--cuobjdump", default="cuobjdump")
@@ -652,12 +704,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--loops", action="store_true", help="print every innermost loop of each budgeted kernel")
     a = ap.parse_args(argv)
     budgets = load_budgets(a.budgets or os.path.join(a.root, "scripts", "kernel_budgets.txt"))
-    launches: dict = {}
-    for item in a.launch_log:
-        src, _, path = item.rpartition("=")
-        if os.path.exists(path):
-            for k, v in load_launches(path, src or os.path.basename(path)).items():
-                launches.setdefault(k, v)
     with open(a.compile_commands) as f:
         entries = library_sources(json.load(f), a.root)
     if not entries:
@@ -666,14 +712,32 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     os.makedirs(a.out_dir, exist_ok=True)
     launcher = shlex.split(a.launcher)
+    records = [(name, cmd, os.path.join(os.path.abspath(a.out_dir), f"launches_{name}.tsv"))
+               for name, _, cmd in (r.partition("=") for r in a.record)]
+    logs = [(name, path) for name, _, path in records] + [(n or os.path.basename(p), p) for n, _, p in (x.rpartition("=") for x in a.launch_log)]
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, a.jobs)) as ex:
+        runs = [ex.submit(record_launches, name, cmd, path, a.out_dir) for name, cmd, path in records]
         units = list(ex.map(lambda e: compile_unit(e, a.nvcc, a.cuobjdump, a.out_dir, a.arch, launcher), entries))
+        for r in runs:
+            r.result()
+    launches: dict = {}
+    for name, path in logs:
+        if os.path.exists(path):
+            for k, v in load_launches(path, name).items():
+                launches.setdefault(k, v)
     rows = build_rows(units, budgets, launches, a.cxxfilt, dtype_names(os.path.join(a.root, "csrc")))
     print(f"# kernel report: {len(units)} CUDA sources, {len({r.mangled for r in rows})} kernels, {a.arch}; "
-          f"launch logs: {', '.join(a.launch_log) if launches else 'none (no launch configuration, no occupancy)'}")
+          f"launches recorded by: {', '.join(n for n, _ in logs) if launches else 'nothing (no occupancy)'}")
     print(fmt_table(rows))
     print()
     print(NOTES)
+    comps = load_composites(a.budgets or os.path.join(a.root, "scripts", "kernel_budgets.txt"))
+    if comps:
+        print("\n# operations of several kernels, ESTIMATE: a copy's time / the sum of the kernels' estimated times")
+        for c in comps:
+            frac, how = composite_estimate(c, rows)
+            print(f"  {c.name}: {'-' if frac is None else f'{100 * frac:.0f} % of a copy'} ({how})")
+        print()
     unmatched = [r for r in rows if r.budget is None]
     if unmatched:
         print(f"# not in the budget file (no bytes, no estimate): {', '.join(sorted({r.unit + ':' + r.kernel for r in unmatched}))}")

@@ -73,23 +73,16 @@ rm -rf "$OUTDIR"; mkdir -p "$OUTDIR"; OUTDIR=$(cd "$OUTDIR" && pwd)
 # benchmark's codec operations at its default parameters; then, for the kernels it does not reach
 # (bitsplit's decompress-accumulate, lossless zip and plain5: formats its data never picks), a few
 # emulated GPU tests (their parameters are the tests', the "from" column says which run)
-LOGS=()
-run_logged() {  # name, command...
-  local name=$1; shift
-  DYNAMIQ_CUDA_EMU_LAUNCH_LOG="$OUTDIR/launches_$name.tsv" "$@" >"$OUTDIR/$name.log" 2>&1 \
-    || { tail -20 "$OUTDIR/$name.log"; die "$* failed"; }
-  LOGS+=(--launch-log "$name=$OUTDIR/launches_$name.tsv")
-}
+REC=()
 if grep -q '^build bench_cuda_emu:' "$BUILD/build.ninja" 2>/dev/null; then
   ninja -C "$BUILD" bench_cuda_emu dynamiq_cuda_emu_tests >"$OUTDIR/ninja.log" 2>&1 \
     || { tail -30 "$OUTDIR/ninja.log"; die "could not build bench_cuda_emu and dynamiq_cuda_emu_tests"; }
-  run_logged bench "$BUILD/bench_cuda_emu" --dry-run --no-host --dtype f32,bf16
-  run_logged tests "$BUILD/dynamiq_cuda_emu_tests" --gtest_brief=1 \
-    --gtest_filter='CudaBitsplit.*:CudaLosslessEscapes.*:CudaLosslessDecode.EveryFormat*'
+  REC+=(--record "bench=$BUILD/bench_cuda_emu --dry-run --no-host --dtype f32,bf16")
+  REC+=(--record "tests=$BUILD/dynamiq_cuda_emu_tests --gtest_brief=1 --gtest_filter=CudaBitsplit.*:CudaLossless.GpuMessages*")
 else
   echo "kernel_report.sh: $BUILD has no bench_cuda_emu (configure with -DDYNAMIQ_BUILD_TESTS=ON -DDYNAMIQ_BUILD_BENCHMARKS=ON): no launch configurations, no occupancy" >&2
 fi
 
 echo "# $(date -u +%Y-%m-%dT%H:%MZ), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD 2>/dev/null || echo '+changes'), $("$NVCC" --version | tail -1), $(basename "$CUOBJDUMP") $("$CUOBJDUMP" --version | grep -o 'release [0-9.]*')"
 exec "$PY" scripts/kernel_report.py --compile-commands "$BUILD/compile_commands.json" --out-dir "$OUTDIR" \
-  "${LOGS[@]}" --nvcc "$NVCC" --cuobjdump "$CUOBJDUMP" --cxxfilt "$FILT" --jobs "$(nproc)" "${PYARGS[@]}"
+  "${REC[@]}" --nvcc "$NVCC" --cuobjdump "$CUOBJDUMP" --cxxfilt "$FILT" --jobs "$(nproc)" "${PYARGS[@]}"

@@ -203,3 +203,22 @@ def test_check_flags_each_problem():
     ok.occ, ok.ipv = kr.occupancy(32, 256, 0, 0), 9.5
     kr.check_row(ok)
     assert ok.problems == []
+
+
+def test_composite_estimate_adds_the_kernels_times():
+    # two memory-bound kernels on float32 values: 8 B and 2 B per value -> 10 B / 3.35e12 B/s in all;
+    # a copy moves 8 B per value: 8 / 10 = 80 % of a copy
+    b1 = kr.Budget(kr.re.compile("a"), "encode", True, None, "straight:1", 4, 4, 4, 1)
+    b2 = kr.Budget(kr.re.compile("b"), "encode", True, None, "straight:1", 1, 1, 4, 2)
+    rows = []
+    for name, b in (("a_kernel", b1), ("b_kernel", b2)):
+        r = kr.Row("u", name, name, name, kr.PtxasInfo(), {}, [], b)
+        r.roof = kr.roofline(1.0, b.read_b, b.write_b, b.bucket_b)
+        rows.append(r)
+    c = kr.Composite("a then b", 4.0, [kr.re.compile("a_kernel"), kr.re.compile("b_kernel")])
+    frac, how = kr.composite_estimate(c, rows)
+    assert frac == pytest.approx(0.8) and how == "a_kernel + b_kernel"
+    missing = kr.Composite("a then c", 4.0, [kr.re.compile("a_kernel"), kr.re.compile("c_kernel")])
+    assert kr.composite_estimate(missing, rows) == (None, "no estimated row for c_kernel")
+    comps = kr.load_composites(os.path.join(ROOT, "scripts", "kernel_budgets.txt"))
+    assert any("lossless" in c.name and c.bucket_b == 4 for c in comps)
