@@ -29,8 +29,9 @@ Definitions (also printed under the table):
                           Core GPU Architecture whitepaper), 1.98 GHz boost clock (H100 SXM5 product
                           brief). time per value = max(bytes/3.35e12, instr/(132*4*32*1.98e9)); a copy
                           reads and writes the bucket's bytes once: 2*bucket_bytes/3.35e12 per value.
-                          Ignores latency, tails, launch cost and caches: an upper bound, not a
-                          measurement.
+                          A launch of fewer warps than the 528 schedulers (budget count "@T") divides
+                          its throughput by the share it occupies. Ignores latency, tails, launch cost,
+                          caches and local-memory traffic: an upper bound, not a measurement.
 """
 from __future__ import annotations
 
@@ -136,15 +137,25 @@ class Roofline:
     copy_s: float  # seconds per value of a device copy of the bucket's bytes
     bound: str
     fraction: float  # copy time / kernel time
+    time_s: float = 0.0  # estimated seconds per value
 
 
-def roofline(ipv: float, read_b: float, write_b: float, bucket_b: float, p: dict = H100) -> Roofline:
+def roofline(ipv: float, read_b: float, write_b: float, bucket_b: float, threads_per_launch: int | None = None,
+             p: dict = H100) -> Roofline:
+    """Seconds per value: max(memory, issue), divided by the share of the GPU's warp schedulers a launch
+    of `threads_per_launch` threads can keep busy at all (fewer warps than 132 x 4 schedulers leave some
+    idle); None: a launch fills the GPU."""
     mem = (read_b + write_b) / p["hbm_bytes_per_s"]
     issue_rate = p["sms"] * p["schedulers_per_sm"] * p["warp_size"] * p["clock_hz"]  # thread-instructions/s
     issue = ipv / issue_rate
     copy = 2.0 * bucket_b / p["hbm_bytes_per_s"]
     t = max(mem, issue)
-    return Roofline(mem, issue, copy, "memory" if mem >= issue else "issue", copy / t if t > 0 else float("inf"))
+    bound = "memory" if mem >= issue else "issue"
+    if threads_per_launch is not None:
+        share = -(-threads_per_launch // p["warp_size"]) / (p["sms"] * p["schedulers_per_sm"])
+        if share < 1.0:
+            t, bound = t / share, "launch"
+    return Roofline(mem, issue, copy, bound, copy / t if t > 0 else float("inf"), t)
 
 
 # ---- ptxas -v ---------------------------------------------------------------------------------------
@@ -388,6 +399,7 @@ class Budget:
     write_b: float
     bucket_b: float
     line: int
+    threads_per_launch: int | None = None  # count's "@T": the threads one launch runs (small launches)
 
 
 def load_budgets(path: str) -> list[Budget]:
@@ -403,10 +415,11 @@ def load_budgets(path: str) -> list[Budget]:
             pat, op, cls, ipv, count, rb, wb, bb = cols
             if cls not in ("hot", "cold"):
                 raise ValueError(f"{path}:{no}: class must be hot or cold, not {cls}")
+            count, _, tpl = count.partition("@")
             if count != "-":
                 instructions_per_value([], count)  # validates the method
             out.append(Budget(re.compile(pat), op, cls == "hot", None if ipv == "-" else float(ipv), count,
-                              float(rb), float(wb), float(bb), no))
+                              float(rb), float(wb), float(bb), no, int(tpl) if tpl else None))
     return out
 
 
@@ -440,7 +453,7 @@ def composite_estimate(c: Composite, rows: list) -> tuple[float | None, str]:
         r = next((r for r in rows if r.roof and pat.search(f"{r.unit}:{r.kernel}")), None)
         if r is None:
             return None, f"no estimated row for {pat.pattern}"
-        total += max(r.roof.mem_s, r.roof.issue_s)
+        total += r.roof.time_s
         names.append(r.kernel)
     copy = 2.0 * c.bucket_b / H100["hbm_bytes_per_s"]
     return copy / total, " + ".join(names)
@@ -621,7 +634,8 @@ def build_rows(units: list[Unit], budgets: list[Budget], launches, filt: str, dt
         if r.budget:
             r.ipv, r.ipv_how = instructions_per_value(r.instrs, r.budget.count)
             if r.ipv is not None:
-                r.roof = roofline(r.ipv, r.budget.read_b, r.budget.write_b, r.budget.bucket_b)
+                r.roof = roofline(r.ipv, r.budget.read_b, r.budget.write_b, r.budget.bucket_b,
+                                  r.budget.threads_per_launch)
         check_row(r)
     return rows
 
@@ -679,7 +693,9 @@ largest innermost loop's static instruction count / N values per thread per pass
 loops, straight:N = the whole kernel); B rd/wr = global bytes read / written per value (budget file, float32
 buckets unless the row says otherwise); est %copy = ESTIMATE (roofline, not a measurement): a device copy's
 time for the bucket's bytes / max(memory time, issue time), H100 SXM5: 3.35 TB/s HBM3, 132 SMs x 4 schedulers
-x 1 warp instruction/cycle at 1.98 GHz; bound = which term is larger; * = the kernel uses local memory (stack
+x 1 warp instruction/cycle at 1.98 GHz; bound = which term is larger, or "launch" where a launch has fewer warps
+than the GPU's 528 schedulers (count "@T" in the budget file: T threads per launch), which divides the
+throughput by the share of schedulers it can occupy; * = the kernel uses local memory (stack
 frame or spills), whose traffic the bytes leave out: the estimate is optimistic."""
 
 

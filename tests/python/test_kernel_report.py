@@ -222,3 +222,16 @@ def test_composite_estimate_adds_the_kernels_times():
     assert kr.composite_estimate(missing, rows) == (None, "no estimated row for c_kernel")
     comps = kr.load_composites(os.path.join(ROOT, "scripts", "kernel_budgets.txt"))
     assert any("lossless" in c.name and c.bucket_b == 4 for c in comps)
+
+
+def test_roofline_small_launch_leaves_schedulers_idle():
+    # 296 threads per launch (one per 1024-value segment of a 1 MiB message): 10 warps of the GPU's
+    # 132 * 4 = 528 schedulers; a memory-bound 2-byte-per-value kernel on float32 values would reach
+    # 8 / 2 = 400 % of a copy, this launch 400 % * 10 / 528 = 7.58 %
+    full = kr.roofline(1.0, 1.0, 1.0, 4.0)
+    small = kr.roofline(1.0, 1.0, 1.0, 4.0, threads_per_launch=296)
+    assert full.bound == "memory" and full.fraction == pytest.approx(4.0)
+    assert small.bound == "launch" and small.fraction == pytest.approx(4.0 * 10 / 528)
+    assert small.time_s == pytest.approx(full.time_s * 528 / 10)
+    # a launch that fills every scheduler is not limited
+    assert kr.roofline(1.0, 1.0, 1.0, 4.0, threads_per_launch=528 * 32).fraction == pytest.approx(4.0)
