@@ -685,9 +685,9 @@ def fmt_table(rows: list[Row]) -> str:
 
 NOTES = """\
 columns: regs, stack (bytes), spill st/ld (bytes) from ptxas -v; smem s/d = static / dynamic shared bytes per
-block (dynamic: as launched); threads per block as launched (both recorded by the CUDA emulation's run of
-bench_cuda_emu --dry-run, at its default parameters; a kernel launched with several configurations shows the
-one with most blocks); occ % = theoretical occupancy on an H100 (sm_90) and its limiting resource;
+block (dynamic: as launched); threads per block as launched (both recorded on the CUDA emulation by the run
+in the "from" column: bench = bench_cuda_emu --dry-run at its default parameters, tests = emulated GPU tests
+at theirs; a kernel launched with several configurations shows the one with most blocks); occ % = theoretical occupancy on an H100 (sm_90) and its limiting resource;
 instr/val = SASS instructions per value (count method per kernel in scripts/kernel_budgets.txt: loop:N = the
 largest innermost loop's static instruction count / N values per thread per pass, loops:N = all innermost
 loops, straight:N = the whole kernel); B rd/wr = global bytes read / written per value (budget file, float32
