@@ -21,8 +21,9 @@
 #
 # Needs: nvcc (13), cuobjdump (PATH, beside nvcc, or the one in .venv's triton or nvidia wheels;
 # `pip install nvidia-cuda-cuobjdump` brings one), c++filt, python3, and a build directory configured
-# with CUDA and the tests and benchmarks on (the one of docs/development.md / scripts/test.sh);
-# ninja brings bench_cuda_emu and dynamiq_cuda_emu_tests up to date. Outputs (cubins, ptxas logs, SASS, launch log) go to --out.
+# with CUDA and the tests and benchmarks on (scripts/test.sh's build/cpp);
+# ninja brings bench_cuda_emu and dynamiq_cuda_emu_tests up to date. Outputs (cubins, ptxas logs,
+# SASS, launch logs) go to --out (default: <build dir>/kernel_report).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=build/cpp
@@ -34,7 +35,7 @@ while [ $# -gt 0 ]; do
     --loops) PYARGS+=(--loops) ;;
     --build-dir) BUILD=$2; shift ;;
     --out) OUTDIR=$2; shift ;;
-    -h|--help) sed -n 2,26p "$0"; exit 0 ;;
+    -h|--help) awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"; exit 0 ;;
     *) echo "kernel_report.sh: unknown argument $1 (try --help)" >&2; exit 2 ;;
   esac
   shift
@@ -61,7 +62,7 @@ fi
 FILT=$(command -v c++filt || command -v cu++filt || true)
 [ -n "$FILT" ] || die "c++filt not found (binutils)"
 
-[ -f "$BUILD/CMakeCache.txt" ] || die "no configured build in $BUILD (configure it as docs/development.md says, CUDA on)"
+[ -f "$BUILD/CMakeCache.txt" ] || die "no configured build in $BUILD (configure it as scripts/test.sh does, with nvcc on the PATH: docs/hardware.md, 'CUDA code without a GPU')"
 if [ ! -f "$BUILD/compile_commands.json" ]; then  # (a build configured before CMakeLists.txt exported it)
   cmake -DCMAKE_EXPORT_COMPILE_COMMANDS=ON "$BUILD" >/dev/null || die "cmake could not re-configure $BUILD"
 fi
