@@ -183,9 +183,12 @@ fi
 pack
 
 # ---- GPU codec benchmark (CUDA events against a device-to-device copy of the same bytes) --------------
-# On a GPU: 64 and 256 MiB float32 buckets (GPU_CHECK_BENCH_ARGS to change); in a dry run the
-# same program on the CUDA emulation with a 256 KiB bucket (bench_cuda_emu --dry-run: it runs, its
-# times mean nothing).
+# On a GPU: 64 and 256 MiB float32 and bf16 buckets (GPU_CHECK_BENCH_ARGS to change, e.g. "--mib 64"),
+# each operation's time as a fraction of a copy with issue 41's targets and PASS/MISS, then the host
+# time per collective; in a dry run the same program on the CUDA emulation with a 256 KiB bucket
+# (bench_cuda_emu --dry-run: it runs, its times mean nothing, its verdicts read "emulated"). A MISS
+# does not fail the check (the targets are the kernels' goals; the summary counts them). Until a GPU
+# has run it, scripts/kernel_report.sh's roofline estimate stands in for these numbers.
 KERNEL_TABLE="(not run)"
 BENCH=""
 if [ "$HAVE_GPU" = 1 ] && [ -x "$B/bench_cuda" ]; then BENCH="$B/bench_cuda"
@@ -194,11 +197,14 @@ if [ -n "$BENCH" ] && have_time 60; then
   BENCH_ARGS=${GPU_CHECK_BENCH_ARGS:-}
   [ "$HAVE_GPU" = 0 ] && BENCH_ARGS="--dry-run"
   # shellcheck disable=SC2086
-  timeout "$(budget 90)" "$BENCH" $BENCH_ARGS >"$W/bench_cuda.log" 2>&1
-  rc=$?; log "gpu benchmark ($(basename "$BENCH") $BENCH_ARGS): rc=$rc"
+  timeout "$(budget 150)" "$BENCH" $BENCH_ARGS >"$W/bench_cuda.log" 2>&1
+  rc=$?; log "gpu benchmark ($(basename "$BENCH") $BENCH_ARGS): rc=$rc, targets: $(grep -c ' PASS$' "$W/bench_cuda.log") PASS, $(grep -c ' MISS$' "$W/bench_cuda.log") MISS$([ "$HAVE_GPU" = 0 ] && echo ' (emulated: no verdict)')"
   [ $rc -eq 0 ] && KERNEL_TABLE=$(cat "$W/bench_cuda.log") || FAILED=$((FAILED + 1))
-  [ $rc -eq 0 ] && grep -E "^[0-9]" "$W/bench_cuda.log" | awk 'NF == 6 {printf "  %s MiB %s %s: %s GB/s (%s%% of copy)\n", $1, $2, $3, $5, $6}
-    NF == 3 {printf "  %s KiB %s: %s ms per collective (host time, 2 ranks in one process)\n", $1, $2, $3}' >>"$SUMMARY"
+  # the rows (bench_cuda.cu's header): op dtype MiB mode op ms GB/s %copy target verdict;
+  # host dtype KiB mode wall_ms cpu_ms target verdict
+  [ $rc -eq 0 ] && awk '$1 == "op" && NF == 10 {printf "  %s %s MiB %s %s: %s ms, %s GB/s, %s%% of copy (target %s: %s)\n", $2, $3, $4, $5, $6, $7, $8, $9, $10}
+    $1 == "host" && NF == 8 {printf "  host %s %s KiB %s: %s ms wall, %s ms CPU per collective (target %s: %s)\n", $2, $3, $4, $5, $6, $7, $8}' \
+    "$W/bench_cuda.log" >>"$SUMMARY"
 elif [ -n "$BENCH" ]; then
   skip "gpu benchmark" "time"
 elif [ "$DRY" = 1 ] || [ "$HAVE_GPU" = 1 ]; then
