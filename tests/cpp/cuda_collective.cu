@@ -34,6 +34,7 @@
 #include "kernels/lossless/cuda/lossless_cuda_codec.h"
 #include "kernels/lossless/lossless_codec.h"
 #include "test_dynamiq_util.h"
+#include "params_util.h"
 
 namespace dynamiq {
 namespace {
@@ -273,7 +274,7 @@ TEST(CudaCollective, TheDriverOnTheDeviceEqualsTheHostInEveryMode) {
             CollectiveConfig cfg;
             cfg.mode = mode;
             cfg.topology = topo;
-            cfg.params.set("bits", double(mode == mode_id("bitsplit") ? 3.0 : 5.0));
+            set_if_declared(mode, cfg.params, "bits", num_value(mode == mode_id("bitsplit") ? 3.0 : 5.0));
             cfg.block_bytes = 4096;  // several blocks per chunk
             auto input = make_input(n, dt, numel);
             if (inf) {
@@ -565,8 +566,8 @@ TEST(CudaCollective, TheDriverKeepsAllDeviceWorkOnTheCurrentStream) {
     CollectiveConfig cfg;
     cfg.mode = c.mode;
     cfg.topology = c.topo;
-    cfg.params.set("bits", double(c.mode == mode_id("bitsplit") ? 3.0 : 5.0));
-    cfg.params.set("rounding", (c.correlated) ? "correlated" : "independent");
+    set_if_declared(c.mode, cfg.params, "bits", num_value(c.mode == mode_id("bitsplit") ? 3.0 : 5.0));
+    if (c.mode == mode_id("dynamiq")) cfg.params.set("rounding", c.correlated ? "correlated" : "independent");
     cfg.block_bytes = 4096;
     auto input = make_input(n, dt, numel);
     if (c.inf) {

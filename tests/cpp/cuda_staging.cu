@@ -32,6 +32,7 @@
 #include "kernels/base/float_bits.h"
 #include "kernels/registry.h"
 #include "test_dynamiq_util.h"
+#include "params_util.h"
 
 namespace dynamiq {
 namespace {
@@ -153,7 +154,7 @@ TEST(CudaStaging, EveryModeOverAHostTransportEqualsTheHostRun) {
             CollectiveConfig cfg;
             cfg.mode = mode;
             cfg.topology = topo;
-            cfg.params.set("bits", double(mode == mode_id("bitsplit") ? 3.0 : 5.0));
+            set_if_declared(mode, cfg.params, "bits", num_value(mode == mode_id("bitsplit") ? 3.0 : 5.0));
             cfg.block_bytes = 4096;  // several blocks per chunk
             auto input = staged_input(n, dt, numel);
             if (inf) {

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "kernels/params.h"
+#include "kernels/registry.h"
 
 namespace dynamiq {
 
@@ -25,5 +26,14 @@ inline void set_spike_reserve(ParamSet& p, int v) {
   else
     p.set("spike_reserve", double(v != 0));
 }
+
+// Sets a parameter only where `mode` declares it: for loops over modes that give each one its
+// setting (bits for dynamiq and bitsplit, nothing for none and lossless).
+inline void set_if_declared(Mode mode, ParamSet& p, const std::string& name, ParamValue v) {
+  for (const ParamDecl& d : mode_params(mode))
+    if (d.name == name) p.set(name, std::move(v));
+}
+inline ParamValue num_value(double x) { return ParamValue{x, {}, {}}; }
+inline ParamValue str_value(const char* s) { return ParamValue{0.0, s, {}}; }
 
 }  // namespace dynamiq
