@@ -214,7 +214,7 @@ def _vs_simulate(rank, world, cfg_json, collective):
                                                       ("all_gather", "lossless", "butterfly")])
 def test_simulate_matches_real_run(collective, mode, topology):
     world = 3
-    cfg = dynamiq.Config(mode=mode, topology=topology, seed=5, bits=5.0 if mode == "dynamiq" else 4)
+    cfg = dynamiq.Config(mode=mode, topology=topology, seed=5)  # each mode's default bits (dynamiq 5, bitsplit 4)
     res = run_ranks(_vs_simulate, world, cfg.to_json(), collective, timeout=120)
     sim = dynamiq.simulate([x for x, _ in res], cfg, collective=collective)
     for r, (_, y) in enumerate(res):
