@@ -15,6 +15,7 @@
 #include "kernels/base/cpu_isa.h"
 #include "hook/collective/auto_mode.h"
 #include "hook/collective/collective.h"
+#include "hook/collective/topology.h"
 #include "hook/transport/inproc_transport.h"
 #include "hook/transport/staging_transport.h"
 #include "hook/torch/torch_c10d_transport.h"
@@ -284,6 +285,34 @@ py::dict run_all_reduce(std::optional<at::Tensor> tensor, const std::string& gro
                         std::shared_ptr<PrecomputedLocalPass> local_pass) {
   return run_on_group(Collective::kAllReduce, std::move(tensor), std::nullopt, group_name, cfg, op, seq, u,
                       local_error, device, -1, staging, timeline, local_pass.get());
+}
+
+// A topology given by name or registry id, checked against the registry.
+Topology topology_of(const py::object& v) {
+  if (py::isinstance<py::str>(v)) return topology_id(v.cast<std::string>());
+  DQ_CHECK(py::isinstance<py::int_>(v) && !py::isinstance<py::bool_>(v),
+           "dynamiq: a topology is a name or a registry id");
+  const int64_t id = v.cast<int64_t>();
+  DQ_CHECK(id >= 0 && id <= 255, "dynamiq: topology id " + std::to_string(id) + " is out of range");
+  return topology_def(Topology(id)).id;  // (Error for an id nobody registered)
+}
+
+// The topology registry (hook/collective/topology.h) as Python data: one dict
+// per topology, by id.
+py::list topologies_list() {
+  py::list l;
+  for (const TopologyInfo& t : registered_topologies()) {
+    py::dict d;
+    d["name"] = t.name;
+    d["id"] = int(t.id);
+    py::list kinds;
+    for (Collective c : {Collective::kAllReduce, Collective::kReduceScatter, Collective::kAllGather})
+      if (t.collectives & collective_bit(c)) kinds.append(collective_name(c));
+    d["collectives"] = kinds;
+    d["composition"] = t.composition;
+    l.append(std::move(d));
+  }
+  return l;
 }
 
 Collective to_kind(int kind) {
@@ -571,10 +600,7 @@ PYBIND11_MODULE(_C, m) {
           })
       .def_property(
           "topology", [](const CollectiveConfig& c) { return int(c.topology); },
-          [](CollectiveConfig& c, int v) {
-            DQ_CHECK(v >= 0 && v <= 3, "dynamiq: topology id must be in [0, 3]");
-            c.topology = Topology(v);
-          })
+          [](CollectiveConfig& c, const py::object& v) { c.topology = topology_of(v); })
       .def_readwrite("seed", &CollectiveConfig::seed)
       .def("set_param", &set_param, py::arg("name"), py::arg("value"),
            "Sets a parameter of the config's codec mode (auto_lossy's for mode auto: set mode and "
@@ -608,8 +634,7 @@ PYBIND11_MODULE(_C, m) {
       "validate_config",
       [](const CollectiveConfig& c) {
         make_scheme(c.codec_mode(), c.params);
-        if (c.topology == Topology::kHierarchical)
-          DQ_CHECK(make_scheme(c.intra_mode, ParamSet())->exact(), "intra_mode must be an exact mode (none or lossless)");
+        if (const TopologyDef& t = topology_def(c.topology); t.validate) t.validate(c);
       },
       py::arg("config"),
       "Builds the mode's scheme from the config once and discards it: raises DynamiqError for a "
@@ -669,6 +694,13 @@ PYBIND11_MODULE(_C, m) {
         py::arg("seq"), py::arg("timeout_s") = 300.0, py::arg("timeline") = false,
         "Runs the same collective over an in-process transport, one tensor per simulated "
         "rank, in place. Returns each rank's statistics.");
+  // The topology registry (hook/collective/topology.h) is the one list of
+  // topologies: Python takes names, ids and collectives from here.
+  m.def("available_topologies", &topologies_list,
+        "The registered topologies, by id: dicts of name, id, collectives ('all-reduce', "
+        "'reduce-scatter', 'all-gather') and composition (True: collectives over sub-groups).");
+  m.def("topology_id", [](const std::string& name) { return int(topology_id(name)); }, py::arg("name"),
+        "The id of a registered topology (CollectiveConfig.topology); DynamiqError for an unknown name.");
   m.def(
       "lossless_stats",
       [](const at::Tensor& t, int64_t block_bytes) {
