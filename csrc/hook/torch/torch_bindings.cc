@@ -18,6 +18,7 @@
 #include "hook/collective/topology.h"
 #include "hook/transport/inproc_transport.h"
 #include "hook/transport/staging_transport.h"
+#include "hook/transport/transport_factory.h"
 #include "hook/torch/torch_c10d_transport.h"
 #ifdef DYNAMIQ_WITH_CUDA
 #include <c10/cuda/CUDAGuard.h>
@@ -232,7 +233,7 @@ py::dict run_on_group(Collective kind, std::optional<at::Tensor> tensor, std::op
     }
   }
   CallStats s;
-  bool ordered = false, one_part = false;
+  bool ordered = false, one_part = false, host_staged = false;
   {
     py::gil_scoped_release no_gil;
 #ifdef DYNAMIQ_WITH_CUDA
@@ -251,13 +252,19 @@ py::dict run_on_group(Collective kind, std::optional<at::Tensor> tensor, std::op
       stream_scope.emplace(c10::cuda::getCurrentCUDAStream().stream());
     }
 #endif
-    // CUDA buffers staged through page-locked host memory over the group's
-    // CPU backend (Gloo): the group has no CUDA backend, or the config asks
-    // for it (several processes on one GPU). See staging_transport.h.
-    const bool staged = staging && dev.is_cuda();
-    C10dTransport inner = C10dTransport::from_group_name(
-        group_name, staged ? c10::Device(c10::kCPU) : tensor && dev.is_cuda() ? tensor->device() : dev,
-        ordered_posting_env());
+    // The transport entry for the group's backends and the buffers' device
+    // (transport_factory.h): Gloo for CPU buffers, NCCL for CUDA ones, or CUDA
+    // buffers staged through page-locked host memory over the group's CPU
+    // backend (Gloo): the group has no CUDA backend, or the config asks for it
+    // (several processes on one GPU; staging_transport.h). Other backends are
+    // refused here, on every rank alike.
+    const c10::intrusive_ptr<c10d::ProcessGroup> pg = C10dTransport::resolve(group_name);
+    const TransportEntry& entry =
+        choose_transport(C10dTransport::backends_of(*pg), dev.is_cuda() ? "cuda" : "cpu", staging);
+    const bool staged = entry.host_staging;
+    host_staged = staged;
+    C10dTransport inner(pg, staged ? c10::Device(c10::kCPU) : tensor && dev.is_cuda() ? tensor->device() : dev,
+                        entry, ordered_posting_env());
     std::optional<StagingTransport> staged_tr;
 #ifdef DYNAMIQ_WITH_CUDA
     if (staged) staged_tr.emplace(inner, staging_pool(guard ? int(guard->current_device().index()) : 0));
@@ -274,7 +281,7 @@ py::dict run_on_group(Collective kind, std::optional<at::Tensor> tensor, std::op
   if (timeline) d["timeline"] = timeline_dict(tl);
   d["ordered_posting"] = ordered;  // posted as for NCCL (see C10dTransport)
   d["one_part_messages"] = one_part;  // two-part (lossless) messages sent as one (Gloo)
-  d["host_staging"] = staging && dev.is_cuda();  // CUDA buffers staged through host memory
+  d["host_staging"] = host_staged;  // CUDA buffers staged through host memory
   return d;
 }
 
@@ -694,6 +701,24 @@ PYBIND11_MODULE(_C, m) {
         py::arg("seq"), py::arg("timeout_s") = 300.0, py::arg("timeline") = false,
         "Runs the same collective over an in-process transport, one tensor per simulated "
         "rank, in place. Returns each rank's statistics.");
+  // The transport entries (hook/transport/transport_factory.h): Python checks
+  // a tensor's device against its group's backends here before it queues.
+  m.def(
+      "transport_for",
+      [](const std::string& backend_config, const std::string& device, bool staging) {
+        const TransportEntry& e = choose_transport(parse_backend_config(backend_config), device, staging);
+        py::dict d;
+        d["backend"] = e.backend;
+        d["device"] = e.device;
+        d["host_staging"] = e.host_staging;
+        d["ordered"] = e.semantics.ordered;
+        d["shorter_receives"] = e.semantics.shorter_receives;
+        return d;
+      },
+      py::arg("backend_config"), py::arg("device"), py::arg("staging") = false,
+      "The transport entry for a tensor on `device` ('cpu', 'cuda') over a group whose backend string "
+      "(torch.distributed.get_backend_config) is `backend_config`; DynamiqError naming the backend "
+      "and the served pairs for one dynamiq cannot send over (ucc, mpi, ...).");
   // The topology registry (hook/collective/topology.h) is the one list of
   // topologies: Python takes names, ids and collectives from here.
   m.def("available_topologies", &topologies_list,
