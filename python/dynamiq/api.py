@@ -11,7 +11,7 @@ import torch.distributed as dist
 from . import _C
 from ._groups import _not_a_member, resolve_group, transport_for  # noqa: F401 (resolve_group: re-exported)
 from ._worker import worker_for
-from .config import AUTO, TOPOLOGIES, Config, exact_modes, topology_supports
+from .config import AUTO, Config, exact_modes, topologies, topology_supports
 
 
 def _exact_list() -> str:
@@ -230,8 +230,10 @@ def check_sharded_config(config: Config, collective: str, who: str) -> None:
                            f"{config.auto_lossy!r}, 'lossless' and 'none' from a cost model of the all-reduce); "
                            f"a {what} needs a mode named: e.g. {config.auto_lossy!r} or 'lossless'")
     if not topology_supports(config.topology, collective):
-        raise DynamiqError(f"{who}: topology {config.topology!r} runs all-reduces only; a {what} runs on "
-                           f"{', '.join(repr(t) for t in TOPOLOGIES if topology_supports(t, collective))}")
+        only_ar = not any(topology_supports(config.topology, c) for c in ("reduce_scatter", "all_gather"))
+        runs = "runs all-reduces only" if only_ar else f"runs no {what}"
+        raise DynamiqError(f"{who}: topology {config.topology!r} {runs}; {'an' if what[0] in 'aeiou' else 'a'} "
+                           f"{what} runs on {', '.join(repr(t) for t in topologies(collective))}")
 
 
 def shard_error(kind: str, output: torch.Tensor, input: torch.Tensor, world: int,

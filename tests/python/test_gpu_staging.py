@@ -20,7 +20,7 @@ import dynamiq
 from dist_utils import run_ranks
 
 MODES = tuple(dynamiq.available_modes())
-TOPOLOGIES = ("ring", "butterfly", "twostep")
+TOPOLOGIES = tuple(dynamiq.available_topologies(compositions=False))  # the registry's schedules
 DTYPES = (torch.float32, torch.bfloat16)
 
 gpu = [pytest.mark.gpu, pytest.mark.skipif(
