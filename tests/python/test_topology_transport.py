@@ -41,6 +41,26 @@ def test_config_takes_the_topology_list_from_C(monkeypatch):
         dynamiq.Config(mode="none", topology="mesh")
 
 
+def test_python_keeps_no_list_of_topologies():
+    # Config, the sharded collectives' check, the bench and the demo learn the topologies and
+    # the collectives each runs from _C (config.topologies): no tuple, list or set literal, and
+    # no dict's keys, in the package name two topologies (docstrings and messages may name them).
+    import ast
+    import pathlib
+
+    pkg = pathlib.Path(dynamiq.__file__).parent
+    topos = set(dynamiq.available_topologies())
+    found = []
+    for path in sorted(pkg.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.Tuple, ast.List, ast.Set, ast.Dict)):
+                elts = node.keys if isinstance(node, ast.Dict) else node.elts
+                names = [e.value for e in elts if isinstance(e, ast.Constant) and e.value in topos]
+                if len(names) >= 2:
+                    found.append(f"{path.name}:{node.lineno} {names}")
+    assert not found, found
+
+
 def test_binding_takes_a_topology_by_name_or_registered_id():
     c = _C.CollectiveConfig()
     c.topology = "twostep"
