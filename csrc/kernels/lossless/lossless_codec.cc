@@ -593,18 +593,7 @@ void lossless_plan_encode(DType dtype, int64_t n, const uint64_t* hist, const Lo
 
 void lossless_write_header(uint8_t* out, DType dtype, int64_t n, ExpFormat format, uint32_t dynamic_bytes) {
   check_count(n);
-  Header h{};
-  h.magic = kMagic;
-  h.version = kVersion;
-  h.dtype = uint8_t(dtype);
-  h.format = uint8_t(format);
-  h.count = uint32_t(n);
-  h.dynamic_bytes = dynamic_bytes;
-  h.reserved = 0;
-  h.check = 0;
-  std::memcpy(out, &h, kHeaderBytes);
-  h.check = crc16(out, kHeaderBytes - 2);
-  std::memcpy(out, &h, kHeaderBytes);
+  write_header(out, uint8_t(dtype), uint32_t(n), uint8_t(format), dynamic_bytes);
 }
 
 size_t lossless_parse_prefix_bytes(DType dtype, int64_t n) {
