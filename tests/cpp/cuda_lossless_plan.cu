@@ -130,8 +130,9 @@ TEST(CudaLosslessPlan, DeviceChoiceIsTheHostPlanByteForByte) {
         ++constant;
         EXPECT_EQ(sec[0], p.syms[0]);
       }
-      if (p.format == ExpFormat::kZip || p.format == ExpFormat::kHuffman)
+      if (p.format == ExpFormat::kZip || p.format == ExpFormat::kHuffman) {
         EXPECT_EQ(std::vector<uint8_t>(sec, sec + p.prefix_bytes), std::vector<uint8_t>(p.prefix, p.prefix + p.prefix_bytes));
+      }
       if (p.format == ExpFormat::kZip) {
         ++zip;
         for (int e = 0; e < 256; ++e) ASSERT_EQ(s.code_of[e], p.zip_code_of[e]) << "exponent " << e;

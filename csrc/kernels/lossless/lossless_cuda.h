@@ -65,6 +65,7 @@ struct LosslessDevicePlan {
   uint8_t constant = 0;
   uint8_t zip_table[8] = {};
   int64_t planes_offset = 0, payload_offset = 0, payload_bytes = 0;
+  uint64_t const_exps = 0;  // const: the exponent in each of 8 bytes (the merge's exponents of every group)
 };
 
 // Device memory of lossless_decode_cuda, owned by the caller and reused

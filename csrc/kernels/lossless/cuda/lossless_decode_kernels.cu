@@ -9,9 +9,10 @@
 //      slices of the stream's bits from guessed starts and correct the guesses
 //      until each slice starts where the one before it ends (below); a prefix
 //      sum of the codes per slice places each lane's symbols.
-//   3. merge_kernel: a thread per 8-value group: SM planes and exponents (from
-//      the section's decode, or read in place: plain, const) merged into the
-//      values with 16-byte stores; only if the message passed every check.
+//   3. merge_kernel: a thread per 8-value group (two for 16-bit dtypes): SM
+//      planes and exponents (the section kernel's, or read in place: const,
+//      aligned bf16/float32 plain) merged into the values with byte permutes
+//      and 16-byte stores; only if the message passed every check.
 #include <cuda_runtime.h>
 
 #include <string>
@@ -31,6 +32,9 @@ using namespace lossless_dev;
 void check(cudaError_t e, const char* what) { cuda::check(e, "lossless CUDA", what); }
 
 constexpr int kThreads = 256;       // merge
+// Groups of 8 values per merge thread (strided by the block: a warp's accesses stay contiguous).
+template <DType T>
+constexpr int kMergeGroups = T == DType::kF32 ? 1 : 2;
 constexpr int kParseThreads = 256;  // the parse's one block
 // A segment's stream staged in shared memory: at most kMaxStreamBytes, the 8
 // bytes past it a decoder may peek, and a zero word for the 64-bit window.
@@ -115,6 +119,7 @@ __global__ void __launch_bounds__(kParseThreads, 1)
     p.fault.dtype = int32_t(dtype);
     p.format = format;
     p.constant = t.constant;
+    p.const_exps = 0x0101010101010101ull * t.constant;
     for (int i = 0; i < 8; ++i) p.zip_table[i] = t.zip_table[i];
     p.planes_offset = t.planes_offset;
     p.payload_offset = t.payload_offset;
@@ -124,6 +129,12 @@ __global__ void __launch_bounds__(kParseThreads, 1)
 }
 
 // ---- 2. sections: a warp per segment ------------------------------------------------------
+
+// Whether the merge reads a plain section's exponent bytes in place (bf16 and float32, at an
+// 8-byte aligned address); otherwise the section kernel writes them to exps.
+__device__ inline bool plain_in_place(DType t, ExpFormat f, const uint8_t* sec) {
+  return f == ExpFormat::kPlain && t != DType::kF16 && (reinterpret_cast<uintptr_t>(sec) & 7) == 0;
+}
 
 // 4 bytes from p (n < 4: the first n, the rest 0): one aligned load when it can.
 __device__ inline uint32_t load_bytes4(const uint8_t* p, int n) {
@@ -270,11 +281,11 @@ __device__ bool huff_segment_warp(const uint8_t* seg, uint32_t bytes, uint64_t a
   return (stop + 7) / 8 == bytes;
 }
 
-// The body exponents of a parsed zip or Huffman section: warp w of block b
-// decodes segment 8b + w. Nothing for the other formats (the merge reads
-// them in place) or if the parse refused the message.
+// The body exponents of a parsed section into exps: warp w of block b decodes
+// segment 8b + w. Nothing for const and for a plain section the merge reads
+// in place, or if the parse refused the message.
 __global__ void __launch_bounds__(kSegThreads)
-    section_kernel(LosslessDevicePlan* P, const uint8_t* sec, int64_t body, int64_t G, int64_t S,
+    section_kernel(DType dtype, LosslessDevicePlan* P, const uint8_t* sec, int64_t body, int64_t G, int64_t S,
                    const uint32_t* start, const uint16_t* table_g, uint8_t* exps) {
   __shared__ uint16_t table[kDecodeTableSize];
   __shared__ uint32_t stage[kSegWarps][kStageWords];
@@ -283,8 +294,22 @@ __global__ void __launch_bounds__(kSegThreads)
   if (P->fault.kind != FaultKind::kNone) return;  // uniform
   const ExpFormat fmt = ExpFormat(P->format);
   const bool zip = fmt == ExpFormat::kZip;
-  if (!zip && fmt != ExpFormat::kHuffman) return;
   const int tid = int(threadIdx.x), warp = tid / kWarp;
+  if (fmt == ExpFormat::kPlain && !plain_in_place(dtype, fmt, sec)) {  // uniform
+    // fp16's 5 bit planes, or bf16 / float32 bytes at an unaligned address: a lane's 4 groups
+    const int64_t s = int64_t(blockIdx.x) * kSegWarps + warp;
+    const int64_t g0 = s * (kSegment / kGroup) + 4 * lane_id();
+    for (int64_t g = g0; g < g0 + 4 && g < G; ++g) {
+      uint64_t ex = 0;
+      if (dtype == DType::kF16)
+        for (int k = 0; k < 5; ++k) ex |= unpack_plane(sec[k * G + g]) << k;
+      else
+        ex = load_u64(sec + 8 * g);
+      stv(exps + 8 * g, ex);
+    }
+    return;
+  }
+  if (!zip && fmt != ExpFormat::kHuffman) return;
   if (zip && tid < 8) ztab[tid] = P->zip_table[tid];
   if (!zip)
     for (int j = tid; j < kDecodeTableSize; j += kSegThreads) table[j] = table_g[j];
@@ -301,10 +326,11 @@ __global__ void __launch_bounds__(kSegThreads)
 // ---- 3. merge ---------------------------------------------------------------------------
 
 // Group g's 8 values from its exponents ex (byte j: value j's) and the SM planes (sm = message + 16).
-// kVec: sm and v 16-byte aligned (one or two 16-byte stores); else value by value.
+// kVec: sm and v 16-byte aligned (one or two 16-byte stores); else value by value. The fields
+// are Split<T>::merge's, two 16-bit values per 32-bit word (byte permutes place their bytes).
 template <DType T, bool kVec>
 __device__ inline void merge_words(uint64_t ex, const uint8_t* sm, int64_t g, int64_t G, typename Split<T>::word* v) {
-  using S = Split<T>;
+  uint4 a, b;  // the values' words: a (16-bit dtypes), a and b (float32)
   if constexpr (T == DType::kF32) {
     uint4 lo;
     uint64_t hi;
@@ -316,43 +342,44 @@ __device__ inline void merge_words(uint64_t ex, const uint8_t* sm, int64_t g, in
       lo.w = load_u32(sm + 16 * g + 12);
       hi = load_u64(sm + 16 * G + 8 * g);
     }
-    uint32_t u[8];
-    DQ_UNROLL
-    for (int j = 0; j < 8; ++j) {
-      const uint32_t w = j < 2 ? lo.x : j < 4 ? lo.y : j < 6 ? lo.z : lo.w;
-      u[j] = S::merge(uint8_t(ex >> (8 * j)), uint16_t(w >> (16 * (j % 2))), uint8_t(hi >> (8 * j)));
-    }
-    if constexpr (kVec) {
-      uint4 a, b;
-      a.x = u[0], a.y = u[1], a.z = u[2], a.w = u[3];
-      b.x = u[4], b.y = u[5], b.z = u[6], b.w = u[7];
-      stv(v + 8 * g, a);
-      stv(v + 8 * g + 4, b);
-    } else {
-      DQ_UNROLL
-      for (int j = 0; j < 8; ++j) v[8 * g + j] = u[j];
-    }
+    // value j: its mantissa[15:0] (half j % 2 of lo word j / 2), byte j of hi twice above
+    // them (sign from the upper copy, mantissa[22:16] from the lower), its exponent at bit 23
+    const auto value = [&](int j) {
+      const uint32_t lw = j < 2 ? lo.x : j < 4 ? lo.y : j < 6 ? lo.z : lo.w;
+      const uint32_t hw = uint32_t(hi >> (32 * (j / 4))), ew = uint32_t(ex >> (32 * (j / 4)));
+      const uint32_t sel = (j % 2 ? 0x32u : 0x10u) | (0x44u + uint32_t(j % 4) * 0x11u) << 8;
+      return (__byte_perm(lw, hw, sel) & 0x807fffffu) | (__byte_perm(ew, 0, 0x4440u | uint32_t(j % 4)) << 23);
+    };
+    a.x = value(0), a.y = value(1), a.z = value(2), a.w = value(3);
+    b.x = value(4), b.y = value(5), b.z = value(6), b.w = value(7);
   } else {
     const uint64_t lo = kVec ? ldv<uint64_t>(sm + 8 * g) : load_u64(sm + 8 * g);
     uint64_t hi3 = 0;
     if constexpr (T == DType::kF16)
       hi3 = unpack_plane(sm[8 * G + g]) | (unpack_plane(sm[9 * G + g]) << 1) | (unpack_plane(sm[10 * G + g]) << 2);
-    uint32_t w[4] = {0, 0, 0, 0};
+    // bytes 2i and 2i + 1 of x at bytes 0 and 2 (values 2i and 2i + 1 of word i)
+    const auto pair = [](uint64_t x, int i) {
+      return __byte_perm(uint32_t(x >> (32 * (i / 2))), 0, i % 2 ? 0x4342u : 0x4140u);
+    };
+    const auto word = [&](int i) {
+      const uint32_t e = pair(ex, i), l = pair(lo, i);
+      if constexpr (T == DType::kBF16) return ((l & 0x00800080u) << 8) | (e << 7) | (l & 0x007f007fu);
+      const uint32_t h = pair(hi3, i);
+      return ((h & 0x00040004u) << 13) | (e << 10) | ((h & 0x00030003u) << 8) | l;
+    };
+    a.x = word(0), a.y = word(1), a.z = word(2), a.w = word(3);
+  }
+  if constexpr (kVec) {
+    stv(v + 8 * g, a);
+    if constexpr (T == DType::kF32) stv(v + 8 * g + 4, b);
+  } else if constexpr (T == DType::kF32) {
+    const uint32_t u[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
     DQ_UNROLL
-    for (int j = 0; j < 8; ++j) {
-      uint16_t h;
-      if constexpr (T == DType::kBF16) h = S::merge(uint8_t(ex >> (8 * j)), uint8_t(lo >> (8 * j)));
-      else h = S::merge(uint8_t(ex >> (8 * j)), uint8_t(lo >> (8 * j)), uint8_t(hi3 >> (8 * j)));
-      w[j / 2] |= uint32_t(h) << (16 * (j % 2));
-    }
-    if constexpr (kVec) {
-      uint4 a;
-      a.x = w[0], a.y = w[1], a.z = w[2], a.w = w[3];
-      stv(v + 8 * g, a);
-    } else {
-      DQ_UNROLL
-      for (int j = 0; j < 8; ++j) v[8 * g + j] = uint16_t(w[j / 2] >> (16 * (j % 2)));
-    }
+    for (int j = 0; j < 8; ++j) v[8 * g + j] = u[j];
+  } else {
+    const uint32_t w[4] = {a.x, a.y, a.z, a.w};
+    DQ_UNROLL
+    for (int j = 0; j < 8; ++j) v[8 * g + j] = uint16_t(w[j / 2] >> (16 * (j % 2)));
   }
 }
 
@@ -378,22 +405,22 @@ __global__ void __launch_bounds__(kThreads)
     }
     return;
   }
+  // the exponents: const's byte, or 8 bytes per group from exps (the section kernel's) or,
+  // for a bf16 / float32 plain section at an 8-byte aligned address, from the section itself
+  // (const: the parse's 8 copies of the exponent, read for every group)
   const int64_t G = L.groups;
-  if (i < G) {
-    const ExpFormat fmt = ExpFormat(P->format);
-    const uint8_t* sec = msg + L.static_bytes;
-    uint64_t ex;
-    if (fmt == ExpFormat::kConst) {
-      ex = 0x0101010101010101ull * P->constant;
-    } else if (fmt == ExpFormat::kPlain && T == DType::kF16) {
-      ex = 0;
-      for (int k = 0; k < 5; ++k) ex |= unpack_plane(sec[k * G + i]) << k;
-    } else if (fmt == ExpFormat::kPlain) {  // bf16, fp32: the exponent bytes, in place
-      ex = (reinterpret_cast<uintptr_t>(sec) & 7) == 0 ? ldv<uint64_t>(sec + 8 * i) : load_u64(sec + 8 * i);
-    } else {
-      ex = ldv<uint64_t>(exps + 8 * i);
-    }
-    merge_words<T, kVec>(ex, msg + kHeaderBytes, i, G, v);
+  const ExpFormat fmt = ExpFormat(P->format);
+  const uint8_t* sec = msg + L.static_bytes;
+  const bool cst = fmt == ExpFormat::kConst;
+  const uint8_t* src = cst ? reinterpret_cast<const uint8_t*>(&P->const_exps) : plain_in_place(T, fmt, sec) ? sec : exps;
+  const int64_t step = cst ? 0 : 8;
+  constexpr int R = kMergeGroups<T>;
+  DQ_UNROLL
+  for (int r = 0; r < R; ++r) {
+    const int64_t g = int64_t(blockIdx.x) * (R * kThreads) + r * kThreads + threadIdx.x;
+    if (g >= G) break;
+    const uint64_t ex = ldv<uint64_t>(src + step * g);
+    merge_words<T, kVec>(ex, msg + kHeaderBytes, g, G, v);
   }
   if (i < L.tail) {
     W w;
@@ -412,15 +439,16 @@ void lossless_decode_cuda(DType dtype, const uint8_t* msg, size_t in_bytes, int6
   check(cudaGetLastError(), "parse kernel");
   if (L.segments) {
     const unsigned grid = unsigned((L.segments + kSegWarps - 1) / kSegWarps);
-    DQ_LAUNCH(section_kernel, grid, kSegThreads, 0, stream)(sc.plan, msg + L.static_bytes, L.body, L.groups,
+    DQ_LAUNCH(section_kernel, grid, kSegThreads, 0, stream)(dtype, sc.plan, msg + L.static_bytes, L.body, L.groups,
                                                             L.segments, sc.seg_start, sc.table, sc.exps);
     check(cudaGetLastError(), "section kernel");
   }
-  const int64_t threads = L.groups > L.tail ? L.groups : (L.tail > 0 ? L.tail : 1);
-  const unsigned grid = unsigned((threads + kThreads - 1) / kThreads);
   const bool vec = aligned16(msg) && aligned16(values);
   DQ_DISPATCH_DTYPE(dtype, T, [&] {
     using W = typename Split<T>::word;
+    const int64_t per_block = int64_t(kMergeGroups<T>) * kThreads;
+    const int64_t blocks = (L.groups + per_block - 1) / per_block;
+    const unsigned grid = unsigned(blocks > 0 ? blocks : 1);  // (the tail, < 8 values: block 0)
     if (vec)
       DQ_LAUNCH((merge_kernel<T, true>), grid, kThreads, 0, stream)(sc.plan, msg, L, sc.exps, static_cast<W*>(values),
                                                                     sc.fault);

@@ -48,45 +48,47 @@ struct GroupWords {
 
 // Group g's SM bytes and exponents (ex: byte j = exponent of value j) from its
 // words; sm points at the SM planes (message + 16), which is 16-byte aligned.
+// Two 16-bit values per 32-bit word: masks and shifts act on both, byte
+// permutes gather the bytes (the fields are Split<T>'s, tested against it).
 template <DType T>
 __device__ inline uint64_t split_words(const GroupWords<T>& in, int64_t g, int64_t G, uint8_t* sm) {
-  using S = Split<T>;
-  uint64_t ex = 0;
-  if constexpr (T == DType::kF32) {
-    uint32_t lo[4] = {0, 0, 0, 0};
-    uint64_t hi = 0;
-    DQ_UNROLL
-    for (int j = 0; j < 8; ++j) {
-      const uint4& q = in.q[j / 4];
-      const uint32_t u = (j % 4) == 0 ? q.x : (j % 4) == 1 ? q.y : (j % 4) == 2 ? q.z : q.w;
-      lo[j / 2] |= uint32_t(S::lo16(u)) << (16 * (j % 2));
-      hi |= uint64_t(S::hi(u)) << (8 * j);
-      ex |= uint64_t(S::exponent(u)) << (8 * j);
-    }
-    uint4 l;
-    l.x = lo[0], l.y = lo[1], l.z = lo[2], l.w = lo[3];
-    stv(sm + 16 * g, l);
-    stv(sm + 16 * G + 8 * g, hi);
+  const auto pack8 = [](uint32_t a, uint32_t b, uint32_t c, uint32_t d) {  // bytes 0 and 2 of each word
+    return __byte_perm(a, b, 0x6420) | uint64_t(__byte_perm(c, d, 0x6420)) << 32;
+  };
+  if constexpr (T == DType::kBF16) {
+    const uint4 q = in.q[0];
+    const auto e = [](uint32_t w) { return (w >> 7) & 0x00ff00ffu; };
+    const auto s = [](uint32_t w) { return (w & 0x007f007fu) | ((w >> 8) & 0x00800080u); };
+    stv(sm + 8 * g, pack8(s(q.x), s(q.y), s(q.z), s(q.w)));
+    return pack8(e(q.x), e(q.y), e(q.z), e(q.w));
+  } else if constexpr (T == DType::kF16) {
+    const uint4 q = in.q[0];
+    const auto e = [](uint32_t w) { return (w >> 10) & 0x001f001fu; };
+    const auto lo = [](uint32_t w) { return w & 0x00ff00ffu; };
+    const auto hi3 = [](uint32_t w) { return ((w >> 8) & 0x00030003u) | ((w >> 13) & 0x00040004u); };
+    stv(sm + 8 * g, pack8(lo(q.x), lo(q.y), lo(q.z), lo(q.w)));
+    const uint64_t h = pack8(hi3(q.x), hi3(q.y), hi3(q.z), hi3(q.w));
+    for (int k = 0; k < 3; ++k) sm[8 * G + k * G + g] = pack_plane(h, k);
+    return pack8(e(q.x), e(q.y), e(q.z), e(q.w));
   } else {
-    uint64_t lo = 0, hi3 = 0;
+    // per 4 values: their bytes 2 and 3 gathered, sign = bit 7 of byte 3,
+    // exponent = byte 3's low 7 bits and byte 2's bit 7, mantissa[22:16] = byte 2's low 7
+    uint32_t hi[2], ex[2];
+    uint4 lo;
     DQ_UNROLL
-    for (int j = 0; j < 8; ++j) {
-      const uint4& q = in.q[0];
-      const uint32_t w = j < 2 ? q.x : j < 4 ? q.y : j < 6 ? q.z : q.w;
-      const uint16_t h = uint16_t(w >> (16 * (j % 2)));
-      if constexpr (T == DType::kBF16) {
-        lo |= uint64_t(S::sm(h)) << (8 * j);
-      } else {
-        lo |= uint64_t(S::lo(h)) << (8 * j);
-        hi3 |= uint64_t(S::hi3(h)) << (8 * j);
-      }
-      ex |= uint64_t(S::exponent(h)) << (8 * j);
+    for (int k = 0; k < 2; ++k) {
+      const uint4 q = in.q[k];
+      const uint32_t p = __byte_perm(q.x, q.y, 0x7362), r = __byte_perm(q.z, q.w, 0x7362);
+      const uint32_t b2 = __byte_perm(p, r, 0x5410), b3 = __byte_perm(p, r, 0x7632);
+      hi[k] = (b2 & 0x7f7f7f7fu) | (b3 & 0x80808080u);
+      ex[k] = ((b3 & 0x7f7f7f7fu) << 1) | ((b2 >> 7) & 0x01010101u);
+      (k ? lo.z : lo.x) = __byte_perm(q.x, q.y, 0x5410);
+      (k ? lo.w : lo.y) = __byte_perm(q.z, q.w, 0x5410);
     }
-    stv(sm + 8 * g, lo);
-    if constexpr (T == DType::kF16)
-      for (int k = 0; k < 3; ++k) sm[8 * G + k * G + g] = pack_plane(hi3, k);
+    stv(sm + 16 * g, lo);
+    stv(sm + 16 * G + 8 * g, hi[0] | uint64_t(hi[1]) << 32);
+    return ex[0] | uint64_t(ex[1]) << 32;
   }
-  return ex;
 }
 
 // Each thread splits kGroupsPerThread groups (a warp's loads are contiguous)
@@ -100,7 +102,9 @@ __global__ void __launch_bounds__(kSplitThreads)
   constexpr int R = kGroupsPerThread<T>;
   __shared__ uint32_t hist[kHistCopies][256];
   const int tid = int(threadIdx.x);
-  for (int i = tid; i < kHistCopies * 256; i += kSplitThreads) hist[i / 256][i % 256] = 0;
+  static_assert(kSplitThreads == 256, "a thread per exponent value");
+  DQ_UNROLL
+  for (int k = 0; k < kHistCopies; ++k) hist[k][tid] = 0;
   __syncthreads();
   uint32_t* h = hist[(tid / kWarp) % kHistCopies];
   const int64_t G = L.groups;
@@ -137,11 +141,10 @@ __global__ void __launch_bounds__(kSplitThreads)
     for (int b = 0; b < int(sizeof(W)); ++b) msg[L.tail_offset + tid * int64_t(sizeof(W)) + b] = uint8_t(w >> (8 * b));
   }
   __syncthreads();
-  for (int e = tid; e < 256; e += kSplitThreads) {
-    uint32_t c = 0;
-    for (int k = 0; k < kHistCopies; ++k) c += hist[k][e];
-    if (c) atomicAdd(&st->hist[e], c);
-  }
+  uint32_t c = 0;
+  DQ_UNROLL
+  for (int k = 0; k < kHistCopies; ++k) c += hist[k][tid];
+  if (c) atomicAdd(&st->hist[tid], c);
 }
 
 // ---- a lane's 32 exponents of segment s ----------------------------------------------
