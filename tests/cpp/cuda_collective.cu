@@ -114,7 +114,7 @@ TEST(CudaCollective, DynamiqSameResultsAndBytesAsTheCpuCodecOnEveryRank) {
   const int64_t units = ceil_div<int64_t>(numel, f.S);
   // rank codecs kept across configurations: each must notice the new plan
   std::map<int, std::vector<std::unique_ptr<cuda::DynamiqCudaCodec>>> gpu;
-  for (Topology topo : {Topology::kRing, Topology::kButterfly, Topology::kTwoStep})
+  for (Topology topo : schedule_topologies())
     for (int n : {2, 3, 5, 9})
       for (DType dt : {DType::kF32, DType::kBF16}) {
         SCOPED_TRACE(std::string(topology_name(topo)) + " n=" + std::to_string(n) + " " + dtype_name(dt));
@@ -152,7 +152,7 @@ TEST(CudaCollective, BitsplitSameResultsAndBytesAsTheCpuCodecOnEveryRank) {
   for (const BitsplitParams& prm : {BitsplitParams{2, 32, true, false}, BitsplitParams{5, 128, false, true}}) {
     gpu.clear();
     const BitsplitCodec cpu(prm);
-    for (Topology topo : {Topology::kTwoStep, Topology::kRing, Topology::kButterfly})
+    for (Topology topo : schedule_topologies())
       for (int n : {2, 3, 5})
         for (DType dt : {DType::kF32, DType::kBF16}) {
           SCOPED_TRACE("bits " + std::to_string(prm.bits) + " " + topology_name(topo) + " n=" + std::to_string(n) +
@@ -177,7 +177,7 @@ TEST(CudaCollective, IdentitySameResultsAndBytesAsTheCpuCodecOnEveryRank) {
   const int64_t numel = 4099;
   const IdentityCodec cpu;
   const cuda::IdentityCudaCodec gpu;
-  for (Topology topo : {Topology::kRing, Topology::kButterfly, Topology::kTwoStep})
+  for (Topology topo : schedule_topologies())
     for (int n : {2, 3, 5})
       for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
         SCOPED_TRACE(std::string(topology_name(topo)) + " n=" + std::to_string(n) + " " + dtype_name(dt));
@@ -220,7 +220,7 @@ TEST(CudaCollective, LosslessSameResultsAndBytesAsTheCpuCodecOnEveryRank) {
     opt.formats = formats;
     const LosslessCodec cpu(opt);
     const cuda::LosslessCudaCodec gpu(opt);
-    for (Topology topo : {Topology::kRing, Topology::kButterfly, Topology::kTwoStep})
+    for (Topology topo : schedule_topologies())
       for (int n : {2, 3})
         for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
           SCOPED_TRACE("formats " + std::to_string(formats) + " " + topology_name(topo) + " n=" + std::to_string(n) +
@@ -265,7 +265,7 @@ TEST(CudaCollective, TheDriverOnTheDeviceEqualsTheHostInEveryMode) {
   const int64_t numel = 256 * 40 + 5;
   // every registered mode with a CUDA codec (a test-only one registered from its folder too)
   for (const ModeInfo& m : registered_modes())
-    for (Topology topo : {Topology::kRing, Topology::kButterfly, Topology::kTwoStep})
+    for (Topology topo : schedule_topologies())
       for (int n : {2, 3})
         for (DType dt : {DType::kF32, DType::kBF16})
           for (bool inf : {false, true}) {
@@ -465,7 +465,7 @@ TEST(CudaCollective, ReduceScatterAndAllGatherOnTheDeviceEqualTheHost) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
   for (Collective kind : {Collective::kReduceScatter, Collective::kAllGather})
     for (Mode mode : {mode_id("none"), mode_id("dynamiq"), mode_id("bitsplit"), mode_id("lossless")})
-      for (Topology topo : {Topology::kRing, Topology::kButterfly, Topology::kTwoStep})
+      for (Topology topo : schedule_topologies(kind))
         for (int n : {2, 5})
           for (DType dt : {DType::kF32, DType::kBF16}) {
             if (kind == Collective::kAllGather && mode != mode_id("none") && mode != mode_id("lossless")) continue;
@@ -562,10 +562,10 @@ TEST(CudaCollective, TheDriverKeepsAllDeviceWorkOnTheCurrentStream) {
   };
   std::vector<Case> cases;
   for (Mode mode : {mode_id("none"), mode_id("dynamiq"), mode_id("bitsplit"), mode_id("lossless")})
-    for (Topology topo : {Topology::kRing, Topology::kButterfly}) cases.push_back({mode, topo, false, true});
-  cases.push_back({mode_id("dynamiq"), Topology::kRing, true, true});
-  cases.push_back({mode_id("bitsplit"), Topology::kRing, true, true});
-  cases.push_back({mode_id("dynamiq"), Topology::kTwoStep, false, false});
+    for (Topology topo : {kTopologyRing, topology_id("butterfly")}) cases.push_back({mode, topo, false, true});
+  cases.push_back({mode_id("dynamiq"), kTopologyRing, true, true});
+  cases.push_back({mode_id("bitsplit"), kTopologyRing, true, true});
+  cases.push_back({mode_id("dynamiq"), topology_id("twostep"), false, false});
   for (const Case& c : cases) {
     SCOPED_TRACE(std::string(mode_name(c.mode)) + " " + topology_name(c.topo) + (c.inf ? " with an inf" : "") +
                  (c.correlated ? "" : " independent"));

@@ -95,7 +95,7 @@ def _modes(rank, world):
         st = run_collective(y, name, cfg, op, seq[0])
         return y, st
 
-    for topo in ("ring", "butterfly", "twostep"):
+    for topo in dynamiq.available_topologies(compositions=False):
         # --- dynamiq: bit-identical, bytes = 2(n-1) x plan, vNMSE bound
         for bits in (3.0, 4.0, 5.0, 6.0):
             for kind in ("gaussian", "heavy"):

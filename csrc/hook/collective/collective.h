@@ -17,6 +17,7 @@
 #include "hook/collective/config.h"
 #include "hook/collective/exec_stats.h"
 #include "hook/collective/timeline.h"
+#include "hook/collective/topology.h"
 #include "kernels/registry.h"
 #include "hook/transport/transport.h"
 

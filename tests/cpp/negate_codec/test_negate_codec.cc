@@ -171,7 +171,7 @@ TEST_P(NegateCollective, MatchesModeNoneBitForBit) {
 
 INSTANTIATE_TEST_SUITE_P(
     EveryTopology, NegateCollective,
-    ::testing::Combine(::testing::Values(Topology::kRing, Topology::kButterfly, Topology::kTwoStep),
+    ::testing::Combine(::testing::ValuesIn(schedule_topologies()),
                        ::testing::Range(1, 9)),
     [](const auto& info) {
       return std::string(topology_name(std::get<0>(info.param))) + "_n" + std::to_string(std::get<1>(info.param));
