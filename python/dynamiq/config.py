@@ -364,6 +364,8 @@ def params_markdown() -> str:
     rows = ["| field | mode | default | allowed | meaning |", "|---|---|---|---|---|"]
     for name, by_mode in _PARAMS.items():
         for mode, d in by_mode.items():
+            if not _BY_MODE[mode]["builtin"]:
+                continue  # a test-only codec (tests/cpp/*_codec, in development builds only)
             default = "`None`" if d["default"] is None else f"`{d['default']!r}`"
             fp = "" if d["fingerprint"] else " Rank-local (not in the fingerprint)."
             rows.append(f"| `{name}` | {mode} | {default} | {d['allowed']} | {d['doc']}.{fp} |")
