@@ -60,6 +60,12 @@ def is_exact(mode: str) -> bool:
     return bool(_BY_MODE[mode]["exact"])
 
 
+def builtin_modes() -> tuple:
+    """The modes of csrc/kernels/registry.cc's own list, by id: every registered mode but the
+    test-only codecs a development build adds (tests/cpp/*_codec, CMake DYNAMIQ_TEST_CODECS)."""
+    return tuple(m["name"] for m in _MODE_INFO if m["builtin"])
+
+
 def exact_modes() -> tuple:
     """The exact modes of this build, by id (those an all-gather and hierarchical's intra-node
     phases run in)."""

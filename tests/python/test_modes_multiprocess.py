@@ -118,8 +118,8 @@ def _modes(rank, world):
                 for op in ("sum", "mean"):
                     y_none, st_none = run(x, dynamiq.Config(mode="none", topology=topo), op)
                     for mode in dynamiq.config.exact_modes():
-                        if mode in ("none", "lossless"):
-                            continue
+                        if mode in ("none", "lossless") or kind != "adversarial":
+                            continue  # (other exact modes: the hardest data only, to keep the time)
                         y_m, _ = run(x, dynamiq.Config(mode=mode, topology=topo, min_compress_numel=0), op)
                         assert torch.equal(_int_view(y_m), _int_view(y_none)), f"{mode} != none: {topo} {dtype} {kind} {op}"
                     y_ll, st_ll = run(x, dynamiq.Config(mode="lossless", topology=topo), op)
