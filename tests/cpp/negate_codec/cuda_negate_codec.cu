@@ -85,7 +85,7 @@ TEST(CudaNegateCodec, SameBytesAsTheCpuCodecForEveryCall) {
       ASSERT_EQ(gpu->static_bytes(plan, blk), bytes);
       const int64_t acc_n = (blk.w1 - blk.w0) * plan.unit;
       const std::vector<uint8_t> x = bucket(dt, numel, 1), peer = bucket(dt, numel, 2);
-      std::vector<float> acc(size_t(acc_n));
+      std::vector<float> acc(static_cast<size_t>(acc_n));
       for (size_t i = 0; i < acc.size(); ++i) acc[i] = 0.25f * float(int(i % 97) - 48);
       Dev dx(x.size()), dacc(acc.size() * 4), din(bytes), dout(bytes), dy(x.size()), dsum(acc.size() * 4);
       dx.put(x.data(), x.size());
