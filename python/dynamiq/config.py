@@ -60,6 +60,12 @@ def is_exact(mode: str) -> bool:
     return bool(_BY_MODE[mode]["exact"])
 
 
+def builtin_modes() -> tuple:
+    """The modes of csrc/kernels/registry.cc's own list, by id: every registered mode but the
+    test-only codecs a development build adds (tests/cpp/*_codec, CMake DYNAMIQ_TEST_CODECS)."""
+    return tuple(m["name"] for m in _MODE_INFO if m["builtin"])
+
+
 def exact_modes() -> tuple:
     """The exact modes of this build, by id (those an all-gather and hierarchical's intra-node
     phases run in)."""
@@ -364,6 +370,8 @@ def params_markdown() -> str:
     rows = ["| field | mode | default | allowed | meaning |", "|---|---|---|---|---|"]
     for name, by_mode in _PARAMS.items():
         for mode, d in by_mode.items():
+            if not _BY_MODE[mode]["builtin"]:
+                continue  # a test-only codec (tests/cpp/*_codec, in development builds only)
             default = "`None`" if d["default"] is None else f"`{d['default']!r}`"
             fp = "" if d["fingerprint"] else " Rank-local (not in the fingerprint)."
             rows.append(f"| `{name}` | {mode} | {default} | {d['allowed']} | {d['doc']}.{fp} |")

@@ -263,12 +263,18 @@ std::vector<CallStats> host_all_reduce(const CollectiveConfig& cfg, std::vector<
 TEST(CudaCollective, TheDriverOnTheDeviceEqualsTheHostInEveryMode) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
   const int64_t numel = 256 * 40 + 5;
-  for (Mode mode : {mode_id("none"), mode_id("dynamiq"), mode_id("bitsplit"), mode_id("lossless")})
+  // every registered mode with a CUDA codec (a test-only one registered from its folder too)
+  for (const ModeInfo& m : registered_modes())
     for (Topology topo : schedule_topologies())
       for (int n : {2, 3})
         for (DType dt : {DType::kF32, DType::kBF16})
           for (bool inf : {false, true}) {
-            if (inf && (mode == mode_id("none") || mode == mode_id("lossless"))) continue;
+            const Mode mode = m.id;
+            if (!has_device_codec(mode, cuda::device().name())) continue;
+            CollectiveConfig probe;
+            probe.mode = mode;
+            const auto scheme = make_scheme(probe);
+            if (inf && scheme->exact()) continue;  // (an exact mode's path is the same with an inf)
             SCOPED_TRACE(std::string(mode_name(mode)) + " " + topology_name(topo) + " n=" + std::to_string(n) + " " +
                          dtype_name(dt) + (inf ? " with an inf" : ""));
             CollectiveConfig cfg;
@@ -314,7 +320,7 @@ TEST(CudaCollective, TheDriverOnTheDeviceEqualsTheHostInEveryMode) {
               EXPECT_TRUE(v.empty()) << v[0];
               EXPECT_EQ(world.nccl_stream_deadlock(), "");
             }
-            EXPECT_EQ(hs[0].path, inf ? Path::kExactNonfinite : mode == mode_id("none") ? Path::kExactMode : Path::kCompressed);
+            EXPECT_EQ(hs[0].path, inf ? Path::kExactNonfinite : scheme->identity() ? Path::kExactMode : Path::kCompressed);
             for (int r = 0; r < n; ++r) {
               EXPECT_EQ(dev_out[size_t(r)], host[size_t(r)]) << "rank " << r;
               EXPECT_EQ(ds[size_t(r)].path, hs[size_t(r)].path) << "rank " << r;

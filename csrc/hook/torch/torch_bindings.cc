@@ -532,6 +532,7 @@ py::list mode_info() {
     m["name"] = e.name;
     m["id"] = int(e.id);
     m["exact"] = mode_is_exact(e.id);
+    m["builtin"] = e.builtin;
     m["params"] = params;
     out.append(m);
   }
@@ -764,7 +765,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("mode_is_exact", [](const std::string& name) { return mode_is_exact(mode_id(name)); }, py::arg("name"),
         "True for a registered mode whose result is exact (Scheme::exact: none, lossless).");
   m.def("mode_info", &mode_info,
-        "Every registered mode, by id: {name, id, exact, params: [{name, type, default, doc, allowed, "
+        "Every registered mode, by id: {name, id, exact, builtin, params: [{name, type, default, doc, allowed, "
         "lo, hi, lo_open, integral, also, choices, size, fingerprint}]} (kernels/params.h).");
   m.def(
       "dynamiq_sg_bytes",
