@@ -479,7 +479,8 @@ def load_launches(path: str, source: str = "") -> dict[tuple[str, str], list[Lau
                 continue
             name, src, grid, block, smem = cols
             unit = os.path.splitext(os.path.basename(src))[0]
-            base = re.sub(r"<.*", "", name).strip().rsplit("::", 1)[-1]
+            # (a launch of a template with several arguments is written DQ_LAUNCH((k<T, true>), ...))
+            base = re.sub(r"<.*", "", name.strip().lstrip("(")).strip().rsplit("::", 1)[-1]
             threads = 1
             for d in block.split("x"):
                 threads *= int(d)

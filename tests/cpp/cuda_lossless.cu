@@ -1,6 +1,6 @@
 // The lossless codec's CUDA kernels against the CPU path: the GPU message is
-// byte-identical to the CPU one (same split, same host plan, same per-segment
-// functions) and the GPU decode of a CPU message gives the input bit for bit.
+// byte-identical to the CPU one (same split, the host's format choice redone on
+// the device, the same per-segment functions) and the GPU decode of a CPU message gives the input bit for bit.
 // With nvcc it runs on a GPU and skips when none is present; CI has none and
 // runs it on the CPU emulation of CUDA instead (tests/cpp/cuda_emu).
 #include <gtest/gtest.h>
@@ -48,24 +48,11 @@ TEST(CudaLossless, GpuMessagesAndDecodesMatchTheCpuBitForBit) {
           std::vector<uint8_t> cpu(cap);
           cpu.resize(lossless_encode(x.data(), t, n, cpu.data(), opt));
 
-          const lossless::Layout L = lossless::make_layout(t, n);
-          Dev<uint8_t> dx(x.size()), dmsg(cap), dexps(size_t(L.body));
-          Dev<unsigned long long> dhist(256);
+          Dev<uint8_t> dx(x.size()), dmsg(cap);
           ASSERT_EQ(cudaMemcpy(dx.p, x.data(), x.size(), cudaMemcpyHostToDevice), cudaSuccess);
-          // GPU encode: split, histogram, host plan, section, header.
-          lossless_split_cuda(t, dx.p, n, dmsg.p, dexps.p, nullptr);
-          lossless_histogram_cuda(dexps.p, L.body, dhist.p, nullptr);
-          unsigned long long h[256];
-          ASSERT_EQ(cudaMemcpy(h, dhist.p, sizeof(h), cudaMemcpyDeviceToHost), cudaSuccess);
-          uint64_t hist[256];
-          for (int i = 0; i < 256; ++i) hist[i] = h[i];
-          LosslessEncodePlan plan;
-          lossless_plan_encode(t, n, hist, opt, plan);
-          const size_t dyn = lossless_encode_section_cuda(t, plan, dexps.p, dmsg.p, nullptr);
-          uint8_t hdr[16];
-          lossless_write_header(hdr, t, n, plan.format, uint32_t(dyn));
-          ASSERT_EQ(cudaMemcpy(dmsg.p, hdr, 16, cudaMemcpyHostToDevice), cudaSuccess);
-          std::vector<uint8_t> gpu(size_t(L.static_bytes) + dyn);
+          // GPU encode: split and histogram, the format choice, sizes, section, header.
+          const size_t bytes = dqtest::encode_on_device(t, dx.p, n, dmsg.p, formats);
+          std::vector<uint8_t> gpu(bytes);
           ASSERT_EQ(cudaMemcpy(gpu.data(), dmsg.p, gpu.size(), cudaMemcpyDeviceToHost), cudaSuccess);
           EXPECT_EQ(gpu, cpu);
 

@@ -206,11 +206,12 @@ TEST(CudaLosslessDecode, DecodeNeitherCopiesToTheHostNorWaitsFinishWaitsOnce) {
   }
 }
 
-// The encode (compress) waits for its histogram (2 KiB, to plan the format)
-// and, for zip and Huffman, for the section's size (4 bytes: the per-segment
-// sizes are scanned on the device): no more copies or waits, and the message
-// is the CPU encoder's, byte for byte.
-TEST(CudaLosslessDecode, CompressWaitsForTheHistogramAndTheSectionSizeOnly) {
+// The encode (compress) is enqueued whole -- the format is chosen on the
+// device -- and waits once, for one copy of the codec's record (the size and
+// the refusals so far, at most 32 bytes): one wait and one copy per message
+// whatever the format, and the message is the CPU encoder's, byte for byte.
+// So is a fused hop's (decode, add, encode): the decode adds no wait.
+TEST(CudaLosslessDecode, CompressAndFusedHopWaitOncePerMessage) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
   for (const Case& c : kCases) {
     LosslessOptions opt;
@@ -223,26 +224,41 @@ TEST(CudaLosslessDecode, CompressWaitsForTheHistogramAndTheSectionSizeOnly) {
     const Plan plan = make_lossless_plan(c.t, n, 1);
     Block b;
     b.w1 = plan.num_units;
-    DevBuf dx(x.size()), dout(want.size() + 64);
+    const size_t cap = lossless_static_bytes(c.t, n) + lossless_max_dynamic_bytes(c.t, n);
+    DevBuf dx(x.size()), dout(cap), din(want.size());
     ASSERT_EQ(cudaMemcpy(dx.p, x.data(), x.size(), cudaMemcpyHostToDevice), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(din.p, want.data(), want.size(), cudaMemcpyHostToDevice), cudaSuccess);
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     Local lx;
     lx.bucket = dx.p;
-    dynamiq_cuda_emu::reset_copy_counts();
-    dynamiq_cuda_emu::set_api_log(true);
-    const size_t bytes = gpu.compress(lx, plan, b, RngCtx{}, dout.p);
-    const auto counts = dynamiq_cuda_emu::copy_counts();
-    const size_t waits = logged_waits();
-    dynamiq_cuda_emu::set_api_log(false);
-    const bool sized = c.want == ExpFormat::kZip || c.want == ExpFormat::kHuffman;
-    EXPECT_EQ(counts.d2h_copies, sized ? 2u : 1u);
-    EXPECT_EQ(counts.d2h_bytes, 256 * 8 + (sized ? 4u : 0u));
-    EXPECT_EQ(waits, sized ? 2u : 1u);
-    ASSERT_EQ(bytes, want.size());
-    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    std::vector<uint8_t> got(bytes);
-    ASSERT_EQ(cudaMemcpy(got.data(), dout.p, bytes, cudaMemcpyDeviceToHost), cudaSuccess);
-    EXPECT_EQ(got, want);
+    for (const bool hop : {false, true}) {
+      SCOPED_TRACE(hop ? "fused hop" : "compress");
+      dynamiq_cuda_emu::reset_copy_counts();
+      dynamiq_cuda_emu::set_api_log(true);
+      const size_t bytes = hop ? gpu.decompress_accumulate_recompress(din.p, want.size(), lx, plan, b, RngCtx{}, dout.p)
+                               : gpu.compress(lx, plan, b, RngCtx{}, dout.p);
+      const auto counts = dynamiq_cuda_emu::copy_counts();
+      const size_t waits = logged_waits();
+      dynamiq_cuda_emu::set_api_log(false);
+      EXPECT_EQ(counts.d2h_copies, 1u);
+      EXPECT_LE(counts.d2h_bytes, 32u);
+      EXPECT_EQ(waits, 1u);
+      ASSERT_NO_THROW(gpu.finish());
+      // the hop sends the sum of the message's values and x: 2x, whose message the CPU writes
+      std::vector<uint8_t> expect = want;
+      if (hop) {
+        const LosslessCodec cpu(opt);
+        std::vector<uint8_t> m(cap);
+        m.resize(cpu.decompress_accumulate_recompress(want.data(), want.size(), Local{x.data()}, plan, b, RngCtx{},
+                                                      m.data()));
+        expect = m;
+      }
+      ASSERT_EQ(bytes, expect.size());
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      std::vector<uint8_t> got(bytes);
+      ASSERT_EQ(cudaMemcpy(got.data(), dout.p, bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+      EXPECT_EQ(got, expect);
+    }
   }
 }
 #endif

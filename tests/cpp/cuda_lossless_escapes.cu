@@ -1,4 +1,4 @@
-// The CUDA ZipCCL decoder's per-segment escape check (lossless_kernels.cu, `pos != end`), as
+// The CUDA ZipCCL decoder's per-segment escape check (lossless_decode_kernels.cu, zip_segment_warp), as
 // tests/cpp/test_lossless_escapes.cc checks the CPU one: a segment announcing one escape more
 // than its codes use (one code-plane bit flipped, escape -> code 1) passes lossless_parse and
 // must still be refused by lossless_decode_cuda (a kCodes fault). Runs on a GPU, and in CI

@@ -174,12 +174,16 @@ def test_names_and_launch_log(tmp_path):
     log.write_text("compress_kernel<T>\t/x/csrc/kernels/bitsplit/cuda/bitsplit_kernels.cu\t8x1x1\t128x1x1\t0\n"
                    "compress_kernel<T>\t/x/csrc/kernels/bitsplit/cuda/bitsplit_kernels.cu\t1x1x1\t128x1x1\t0\n"
                    "dynamiq_kernel\t/x/dynamiq_kernels.cu\t2x1x1\t64x1x1\t336\n"
-                   "dynamiq_kernel\t/x/dynamiq_kernels.cu\t64x1x1\t256x1x1\t5136\n")
+                   "dynamiq_kernel\t/x/dynamiq_kernels.cu\t64x1x1\t256x1x1\t5136\n"
+                   "(split_kernel<T, true>)\t/x/lossless_encode_kernels.cu\t32x1x1\t256x1x1\t0\n")
     la = kr.load_launches(str(log))
     bs = la[("bitsplit_kernels", "compress_kernel")]
     assert [(x.threads, x.smem, x.blocks, x.launches) for x in bs] == [(128, 0, 9, 2)]
     dq = la[("dynamiq_kernels", "dynamiq_kernel")]
     assert [(x.threads, x.smem) for x in dq] == [(256, 5136), (64, 336)]  # most blocks first
+    # a template of several arguments is launched as DQ_LAUNCH((k<T, true>), ...): the same base name
+    sp = la[("lossless_encode_kernels", "split_kernel")]
+    assert [(x.threads, x.blocks) for x in sp] == [(256, 32)]
 
 
 def test_budget_file_parses_and_names_the_hot_kernels():

@@ -67,6 +67,10 @@ void lossless_decode(const uint8_t* in, size_t in_bytes, DType dtype, int64_t n,
 // Format of a valid message (for statistics and tests).
 lossless::ExpFormat lossless_format_of(const uint8_t* msg);
 
+// Throws Error unless 0 <= n <= lossless::kMaxBlockValues (the header's 32-bit
+// count): every block-level entry point calls it first.
+void lossless_check_count(int64_t n);
+
 // Code lengths (1..maxlen) minimising sum(freq[i] * len[i]) subject to
 // len[i] <= maxlen (package-merge). freq[i] > 0, k >= 2, 2^maxlen >= k.
 void lossless_code_lengths(const uint64_t* freq, int k, int maxlen, uint8_t* len);

@@ -1,17 +1,19 @@
-// CUDA launchers of the lossless codec (cuda/lossless_kernels.cu): thin
-// kernels over the __host__ __device__ functions of lossless_format.h, one
-// thread per 8-value group (split, merge, plain planes) or per 1024-exponent
-// segment (ZipCCL codes with their escapes, Huffman streams). The format
-// choice stays on the host (lossless_plan_encode in lossless_codec.h), so a
-// GPU message is byte-identical to the CPU one; a received message is
-// validated on the device by the host parse's own checks (lossless_validate.h).
+// CUDA launchers of the lossless codec (cuda/lossless_encode_kernels.cu,
+// cuda/lossless_plan_kernel.cu, cuda/lossless_decode_kernels.cu): a warp per
+// 1024-exponent segment for the ZipCCL and Huffman sections (warp prefix sums
+// place each lane's escapes or bits), a thread per 8-value group with 16-byte
+// accesses for the split and the merge. The format is chosen on the device by
+// the host's rules (lossless_plan_encode, redone in plan_kernel), so a GPU
+// message is byte-identical to the CPU one and the encode needs no host wait
+// until its size is read; a received message is validated on the device by
+// the host parse's own checks (lossless_validate.h).
 //
-// All pointers are device pointers. Functions enqueue on `stream`; those that
-// return a size synchronise it. CUDA failures raise dynamiq::Error; the
+// All pointers are device pointers. Functions only enqueue on `stream`: no
+// host wait, no copy to the host. CUDA failures raise dynamiq::Error; the
 // decode records a malformed message on the device (lossless_decode_cuda).
 //
 // Status: compiled with nvcc in CI; bit-equality with the CPU path is asserted
-// by tests/cpp/cuda_lossless.cu, run in CI on the CPU emulation of CUDA
+// by tests/cpp/cuda_lossless*.cu, run in CI on the CPU emulation of CUDA
 // (tests/cpp/cuda_emu); never run on a GPU.
 #pragma once
 
@@ -22,33 +24,37 @@
 
 namespace dynamiq {
 
-// Static part except the header (SM planes and tail, at msg + 16) and the 8G
-// body exponents at exps.
-void lossless_split_cuda(DType dtype, const void* values, int64_t n, uint8_t* msg, uint8_t* exps,
-                         cudaStream_t stream);
+// The GPU encode's device state (cuda/lossless_device.h): histogram, format
+// choice and tables, carried from kernel to kernel. Allocate
+// lossless_encode_state_bytes(), zero it once, then reuse it in stream order
+// (every encode leaves it ready for the next).
+struct LosslessEncodeState;
+size_t lossless_encode_state_bytes();
 
-// hist[256] (device, zeroed here) <- histogram of exps[0, m).
-void lossless_histogram_cuda(const uint8_t* exps, int64_t m, unsigned long long* hist,
-                             cudaStream_t stream);
-
-// Device scratch of lossless_encode_section_cuda, owned by the caller and
-// reused from call to call (in stream order).
+// Device memory of lossless_encode_cuda, owned by the caller and reused from
+// call to call (in stream order).
 struct LosslessEncodeScratch {
-  uint8_t* tables = nullptr;   // 1024 bytes: zip code_of[256] | Huffman lengths[256] | codes (uint16)[256]
-  uint32_t* sizes = nullptr;   // S: each segment's escapes / stream bytes
-  uint32_t* start = nullptr;   // S + 1: their exclusive prefix sums and total (scanned on the device)
-  uint32_t* total = nullptr;   // page-locked host memory the total is read into (null: a local)
+  LosslessEncodeState* state = nullptr;  // see above
+  uint8_t* exps = nullptr;               // Layout::body bytes, 16-byte aligned
+  uint32_t* sizes = nullptr;             // S (Layout::segments): each segment's escapes / stream bytes
+  uint32_t* start = nullptr;             // S + 1: their exclusive prefix sums and total
+  uint32_t* dynamic = nullptr;           // one: receives the message's dynamic_bytes
 };
 
-// Writes the exponent section the plan chose at msg + static_bytes and
-// returns its size (the header's dynamic_bytes). Zip and Huffman: the
-// per-segment sizes are counted and scanned on the device and the section
-// written before the one wait, for its total (4 bytes).
-size_t lossless_encode_section_cuda(DType dtype, const LosslessEncodePlan& plan, const uint8_t* exps,
-                                    uint8_t* msg, const LosslessEncodeScratch& scratch, cudaStream_t stream);
-// The same with scratch allocated for the call.
-size_t lossless_encode_section_cuda(DType dtype, const LosslessEncodePlan& plan, const uint8_t* exps,
-                                    uint8_t* msg, cudaStream_t stream);
+// Enqueues the encode of the n dtype values at `values` into msg (room for
+// static + plain exponent bytes), as lossless_encode with opt.formats =
+// formats: split and histogram, the format choice, the per-segment sizes and
+// their scan, the section, the header. Nothing waits: *s.dynamic receives the
+// dynamic part's size (0xffffffff: a section exceeded the plan's bound, a
+// bug), which the caller reads in its one wait per message.
+void lossless_encode_cuda(DType dtype, const void* values, int64_t n, uint8_t* msg, uint32_t formats,
+                          const LosslessEncodeScratch& s, cudaStream_t stream);
+
+// The format choice alone (one block; lossless_encode_cuda's second launch):
+// reads and clears st->hist, writes the choice and its tables to *st and the
+// section's table to msg. For tests of the choice against lossless_plan_encode.
+void lossless_plan_cuda(DType dtype, int64_t n, uint32_t formats, LosslessEncodeState* st, uint8_t* msg,
+                        cudaStream_t stream);
 
 // What the device parse of a received message found (parse_kernel): the
 // section decoders and the merge read it on the device.
@@ -59,6 +65,7 @@ struct LosslessDevicePlan {
   uint8_t constant = 0;
   uint8_t zip_table[8] = {};
   int64_t planes_offset = 0, payload_offset = 0, payload_bytes = 0;
+  uint64_t const_exps = 0;  // const: the exponent in each of 8 bytes (the merge's exponents of every group)
 };
 
 // Device memory of lossless_decode_cuda, owned by the caller and reused

@@ -1,7 +1,8 @@
 // Wire format and per-element math of the lossless exponent-coding codec
 // (mode "lossless"). Everything here is __host__ __device__ and torch-free:
 // the CPU loops (lossless_codec.cc) and the CUDA kernels
-// (cuda/lossless_kernels.cu) call the same functions.
+// (cuda/lossless_encode_kernels.cu, cuda/lossless_decode_kernels.cu) call the
+// same functions.
 //
 // A block of n values (bf16, fp16 or fp32) is split into the exponent field
 // and the rest (sign and mantissa, "SM"). SM bits are kept verbatim at a fixed
@@ -37,8 +38,8 @@
 //                 then the S bit streams, each byte-aligned, LSB first, codes
 //                 stored bit-reversed so a decoder peeks the low 11 bits.
 // A segment is kSegment = 1024 consecutive body exponents (the last may be
-// shorter); S = ceil(8G / 1024). Segments decode independently (one GPU
-// thread each; interleaved on the CPU).
+// shorter); S = ceil(8G / 1024). Segments decode independently (a GPU warp
+// each; interleaved on the CPU).
 //
 // The encoder picks the smallest section (ties: plain, const, zip, Huffman).
 // Plain is always possible, so a message is never more than raw + 16 bytes;
@@ -102,6 +103,19 @@ DQ_HD uint16_t crc16(const uint8_t* p, int n) {
     for (int b = 0; b < 8; ++b) c = (c & 0x8000u) ? ((c << 1) ^ 0x1021u) & 0xffffu : (c << 1) & 0xffffu;
   }
   return uint16_t(c);
+}
+
+// Writes the header of a message (its CRC included) at out, byte by byte: the
+// CPU encoder and the GPU one (whose last size_kernel block writes it) share it.
+DQ_HD void write_header(uint8_t* out, uint8_t dtype, uint32_t count, uint8_t format, uint32_t dynamic_bytes) {
+  out[0] = kMagic;
+  out[1] = kVersion;
+  out[2] = dtype;
+  out[3] = format;
+  store_u32(out + 4, count);
+  store_u32(out + 8, dynamic_bytes);
+  store_u16(out + 12, 0);  // reserved
+  store_u16(out + 14, crc16(out, kHeaderBytes - 2));
 }
 
 // ---- SWAR bit planes over groups of 8 values ---------------------------------

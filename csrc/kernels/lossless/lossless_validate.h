@@ -1,7 +1,7 @@
 // The checks a received lossless message passes before anything reads its
 // payload, as __host__ __device__ functions: the host parse (lossless_parse
 // in lossless_codec.cc) and the device parse (parse_kernel in
-// cuda/lossless_kernels.cu) call the same ones, so both refuse the same
+// cuda/lossless_decode_kernels.cu) call the same ones, so both refuse the same
 // messages. A check returns a Fault -- what failed and the numbers its
 // message quotes -- and lossless_fault_message (lossless_codec.h) words it.
 //

@@ -12,7 +12,7 @@ namespace dynamiq {
 namespace cuda {
 namespace {
 
-enum Scratch : int { kExps = 0, kRaw = 1, kSum = 2, kHist = 3, kSegStart = 4, kTables = 5, kSizes = 6, kStart = 7 };
+enum Scratch : int { kExps = 0, kRaw = 1, kSum = 2, kSegStart = 3, kSizes = 4, kStart = 5 };
 
 int64_t count_of(const Plan& plan, const Block& b) {
   const int64_t e1 = std::min(b.w1 * plan.unit, plan.numel);
@@ -21,34 +21,45 @@ int64_t count_of(const Plan& plan, const Block& b) {
 
 }  // namespace
 
-// Host memory the codec reads from the device (page-locked, so a copy is a
-// DMA the stream orders): a received header, the encode's histogram, and the
-// first refusal of the decodes since the last finish().
-struct LosslessCudaCodec::HostRead {
-  uint8_t header[lossless::kHeaderBytes];
-  unsigned long long hist[256];
-  uint32_t total;  // an encoded section's per-segment total
+// What the host reads of the device's work, in one copy: the first refusal
+// of the decodes since the last finish() (first: finish() reads only it), and
+// the last encode's dynamic part size.
+struct LosslessCudaCodec::Record {
   lossless::Fault fault;
+  uint32_t dynamic;
+  uint32_t pad;
 };
 
-// Variable-size messages: the encode waits for its histogram and its size;
-// the decode for nothing (its refusals are read once, in finish()).
+// Host memory the codec reads from the device (page-locked, so a copy is a
+// DMA the stream orders): a received header, and the record.
+struct LosslessCudaCodec::HostRead {
+  uint8_t header[lossless::kHeaderBytes];
+  Record rec;
+};
+
+// Variable-size messages: the encode waits once, for its size (and the
+// refusals so far); the decode for nothing (its refusals are read by the next
+// encode or, once, in finish()).
 LosslessCudaCodec::LosslessCudaCodec(LosslessOptions opt, cudaStream_t stream)
     : CudaCodec(stream, false, MessageSize::kVariable, opt), opt_(opt), id_(stream, false) {
   void* h = nullptr;
   check_cuda(cudaHostAlloc(&h, sizeof(HostRead), cudaHostAllocPortable), "page-locked allocation");
   host_read_ = static_cast<HostRead*>(h);
   d_plan_ = static_cast<LosslessDevicePlan*>(device_alloc(sizeof(LosslessDevicePlan), stream_));
-  d_fault_ = static_cast<lossless::Fault*>(device_alloc(sizeof(lossless::Fault), stream_));
+  d_rec_ = static_cast<Record*>(device_alloc(sizeof(Record), stream_));
   d_table_ = static_cast<uint16_t*>(device_alloc(lossless::kDecodeTableSize * sizeof(uint16_t), stream_));
-  check_cuda(cudaMemsetAsync(d_fault_, 0, sizeof(lossless::Fault), stream_), "fault");  // before any decode
+  d_state_ = static_cast<LosslessEncodeState*>(device_alloc(lossless_encode_state_bytes(), stream_));
+  // before any decode or encode: no refusal yet, an empty histogram
+  check_cuda(cudaMemsetAsync(d_rec_, 0, sizeof(Record), stream_), "record");
+  check_cuda(cudaMemsetAsync(d_state_, 0, lossless_encode_state_bytes(), stream_), "encode state");
 }
 
 LosslessCudaCodec::~LosslessCudaCodec() {
   for (uint8_t* p : scratch_) device_free(p, stream_);
   device_free(d_plan_, stream_);
-  device_free(d_fault_, stream_);
+  device_free(d_rec_, stream_);
   device_free(d_table_, stream_);
+  device_free(d_state_, stream_);
   cudaStreamSynchronize(stream_);  // the page-locked block may still be a queued copy's target
   cudaFreeHost(host_read_);
 }
@@ -73,57 +84,41 @@ size_t LosslessCudaCodec::dynamic_bytes(const uint8_t* static_part, const Plan& 
   return host_.dynamic_bytes(host_read_->header, plan, b);
 }
 
+// Enqueued whole (lossless_encode_cuda: the format is chosen on the device),
+// then one wait, for the record: this message's size, and the decodes'
+// refusals so far, so that a fused hop raises before it forwards what a
+// refused message decoded to.
 size_t LosslessCudaCodec::encode(const void* values, DType dtype, int64_t n, uint8_t* out) const {
   const lossless::Layout L = lossless::make_layout(dtype, n);
-  uint8_t* exps = scratch(kExps, size_t(L.body));
-  auto* hist = reinterpret_cast<unsigned long long*>(scratch(kHist, 256 * sizeof(unsigned long long)));
-  lossless_split_cuda(dtype, values, n, out, exps, stream_);
-  lossless_histogram_cuda(exps, L.body, hist, stream_);
-  uint64_t freq[256];
-  {
-    std::lock_guard<std::mutex> lock(read_mu_);
-    check_cuda(cudaMemcpyAsync(host_read_->hist, hist, sizeof(host_read_->hist), cudaMemcpyDeviceToHost, stream_),
-               "histogram");
-    // The decodes' refusals so far, in the same wait: a fused hop raises before it forwards
-    // what a refused message decoded to (the decode's own wait would cost one per message).
-    const bool refusals = pending_;
-    if (refusals)
-      check_cuda(cudaMemcpyAsync(&host_read_->fault, d_fault_, sizeof(lossless::Fault), cudaMemcpyDeviceToHost,
-                                 stream_),
-                 "histogram");
-    check_cuda(cudaStreamSynchronize(stream_), "histogram");
-    if (refusals) raise_if_refused();
-    for (int i = 0; i < 256; ++i) freq[i] = host_read_->hist[i];
-  }
-  LosslessEncodePlan plan;
-  lossless_plan_encode(dtype, n, freq, opt_, plan);
   LosslessEncodeScratch sc;
-  sc.tables = scratch(kTables, 1024);
+  sc.state = d_state_;
+  sc.exps = scratch(kExps, size_t(L.body));
   sc.sizes = reinterpret_cast<uint32_t*>(scratch(kSizes, size_t(L.segments + 1) * sizeof(uint32_t)));
   sc.start = reinterpret_cast<uint32_t*>(scratch(kStart, size_t(L.segments + 1) * sizeof(uint32_t)));
-  sc.total = &host_read_->total;
-  size_t dyn;
+  sc.dynamic = &d_rec_->dynamic;
+  lossless_encode_cuda(dtype, values, n, out, opt_.formats, sc, stream_);
+  uint32_t dyn;
   {
     std::lock_guard<std::mutex> lock(read_mu_);
-    dyn = lossless_encode_section_cuda(dtype, plan, exps, out, sc, stream_);
+    check_cuda(cudaMemcpyAsync(&host_read_->rec, d_rec_, sizeof(Record), cudaMemcpyDeviceToHost, stream_), "size");
+    check_cuda(cudaStreamSynchronize(stream_), "size");
+    dyn = host_read_->rec.dynamic;
+    if (pending_) raise_if_refused();
   }
-  uint8_t header[lossless::kHeaderBytes];
-  lossless_write_header(header, dtype, n, plan.format, uint32_t(dyn));
-  // (from pageable memory: read at the call; ordered before what reads the message)
-  check_cuda(cudaMemcpyAsync(out, header, sizeof(header), cudaMemcpyHostToDevice, stream_), "header");
+  if (int64_t(dyn) > L.plain_bytes) throw Error("lossless CUDA: a section exceeded its bound (bug)");
   return size_t(L.static_bytes) + dyn;
 }
 
 // Parsed, checked and decoded on the device (lossless_decode_cuda): no copy
 // to the host, no wait. A refusal leaves `values` untouched and is recorded
-// in d_fault_, read by the next encode's wait (a fused hop raises before it
+// in d_rec_->fault, read by the next encode's wait (a fused hop raises before it
 // forwards anything) or by finish(), once per collective.
 void LosslessCudaCodec::decode(const uint8_t* in, size_t in_bytes, DType dtype, int64_t n, void* values) const {
   const lossless::Layout L = lossless::make_layout(dtype, n);
   LosslessDecodeScratch sc;
   sc.plan = d_plan_;
   sc.table = d_table_;
-  sc.fault = d_fault_;
+  sc.fault = &d_rec_->fault;
   sc.exps = scratch(kExps, size_t(L.body));
   sc.seg_start = reinterpret_cast<uint32_t*>(scratch(kSegStart, size_t(L.segments + 1) * sizeof(uint32_t)));
   lossless_decode_cuda(dtype, in, in_bytes, n, values, sc, stream_);
@@ -133,7 +128,8 @@ void LosslessCudaCodec::decode(const uint8_t* in, size_t in_bytes, DType dtype, 
 void LosslessCudaCodec::check_deferred() const {
   if (!pending_) return;
   std::lock_guard<std::mutex> lock(read_mu_);
-  check_cuda(cudaMemcpyAsync(&host_read_->fault, d_fault_, sizeof(lossless::Fault), cudaMemcpyDeviceToHost, stream_),
+  check_cuda(cudaMemcpyAsync(&host_read_->rec.fault, &d_rec_->fault, sizeof(lossless::Fault), cudaMemcpyDeviceToHost,
+                             stream_),
              "finish");
   check_cuda(cudaStreamSynchronize(stream_), "finish");
   raise_if_refused();
@@ -141,9 +137,9 @@ void LosslessCudaCodec::check_deferred() const {
 
 void LosslessCudaCodec::raise_if_refused() const {
   pending_ = false;  // every decode so far is in the record just read
-  const lossless::Fault f = host_read_->fault;
+  const lossless::Fault f = host_read_->rec.fault;
   if (f.kind != lossless::FaultKind::kNone) {
-    check_cuda(cudaMemsetAsync(d_fault_, 0, sizeof(lossless::Fault), stream_), "refusal");
+    check_cuda(cudaMemsetAsync(&d_rec_->fault, 0, sizeof(lossless::Fault), stream_), "refusal");
     throw MalformedMessage(lossless_fault_message(f, DType(f.dtype)) + " (GPU decode)");
   }
 }
