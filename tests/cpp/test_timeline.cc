@@ -24,6 +24,7 @@
 #include "hook/collective/executor.h"
 #include "hook/transport/inproc_transport.h"
 #include "kernels/registry.h"
+#include "mode_cases.h"
 #include "test_dynamiq_util.h"
 
 namespace dynamiq {
@@ -32,10 +33,11 @@ namespace {
 using namespace dqtest;
 
 struct Case {
-  const char* mode;
+  std::string mode;
   Topology topo;
   int n;
   bool ordered;
+  ParamSet params;  // the mode's (mode_cases; none given: its defaults)
 };
 
 struct Outcome {
@@ -47,6 +49,7 @@ struct Outcome {
 Outcome run(const Case& c, bool timeline, int64_t numel, int64_t max_collective_bytes = 0) {
   CollectiveConfig cfg;
   cfg.mode = mode_id(c.mode);
+  cfg.params = c.params;
   cfg.topology = c.topo;
   cfg.block_bytes = 4096;  // several pipelined blocks per chunk
   if (max_collective_bytes > 0) cfg.max_collective_bytes = max_collective_bytes;
@@ -75,16 +78,16 @@ Outcome run(const Case& c, bool timeline, int64_t numel, int64_t max_collective_
 }
 
 std::string name(const Case& c) {
-  return std::string(c.mode) + " " + topology_name(c.topo) + " n=" + std::to_string(c.n) +
+  return c.mode + " " + topology_name(c.topo) + " n=" + std::to_string(c.n) +
          (c.ordered ? " ordered" : " gloo-like");
 }
 
 std::vector<Case> cases() {
   std::vector<Case> v;
-  for (const char* mode : {"none", "dynamiq", "lossless", "bitsplit"})
+  for (const ModeCase& m : mode_cases())  // every registered mode and schedule
     for (Topology t : schedule_topologies())
       for (int n : {2, 3, 4})
-        for (bool ordered : {false, true}) v.push_back({mode, t, n, ordered});
+        for (bool ordered : {false, true}) v.push_back({m.name, t, n, ordered, m.params});
   return v;
 }
 
