@@ -93,7 +93,7 @@ def _topology_config_fields(topology: str) -> tuple:
     config_fields: local_size, intra_mode); () for a schedule or an unknown name."""
     for t in _C.available_topologies():
         if t["name"] == topology:
-            return tuple(t["config_fields"])
+            return tuple(t.get("config_fields", ()))
     return ()
 
 

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "hook/collective/config.h"
+#include "hook/collective/schedule.h"
 #include "kernels/registry.h"
 #include "kernels/scheme.h"
 
@@ -69,6 +70,24 @@ inline CollectiveConfig with_mode(CollectiveConfig c, const ModeCase& m) {
   c.mode = m.id;
   c.params = m.params;
   return c;
+}
+
+// Whether the mode's messages have a variable part (Codec::max_dynamic_bytes > 0: lossless,
+// bounded), so that their sizes depend on the data, rather than following from the plan alone.
+// Asked of the plan of a small Gaussian-like bucket on one rank, made as a collective makes it.
+inline bool two_part_messages(const ModeCase& m) {
+  const auto s = make_scheme(m.id, m.params);
+  const int64_t numel = 4096;
+  std::vector<float> x(static_cast<size_t>(numel));
+  for (int64_t i = 0; i < numel; ++i) x[size_t(i)] = float((i * 7919) % 2001 - 1000) / 997.0f;
+  std::vector<float> stats(static_cast<size_t>(s->stats_count(DType::kF32, numel)));
+  s->local_pass(x.data(), DType::kF32, numel, stats.data());
+  PlanState ps;
+  PlanInfo info;
+  const Plan plan = s->make_plan(DType::kF32, numel, 1, 1, stats.data(), ps, info);
+  for (const Block& b : make_blocks(plan, 1 << 20).blocks)
+    if (s->codec().max_dynamic_bytes(plan, b) > 0) return true;
+  return false;
 }
 
 // The case of one mode, by name (for a test that also picks one mode).

@@ -182,6 +182,7 @@ TEST(ReduceScatter, LossyModesUnderRendezvousAndNcclOrderGiveTheSameBits) {
         std::vector<std::vector<float>> in;
         for (int r = 0; r < n; ++r) in.push_back(gauss(n * shard, 100 + uint32_t(r)));
         const CollectiveConfig cfg = with_mode(cfg_of(m, t), mc);
+        const bool two_part = two_part_messages(mc);
         World eager, rv, ord;
         rv.rendezvous = true;
         ord.ordered = true;
@@ -204,12 +205,15 @@ TEST(ReduceScatter, LossyModesUnderRendezvousAndNcclOrderGiveTheSameBits) {
         }
         EXPECT_LT(err / ref2, mc.exact ? 1e-12 : 0.05);
         EXPECT_EQ(st[0].path, Path::kCompressed);
-        // each chunk crosses n-1 hops: all ranks together send (n-1) x the plan's wire bytes
-        if (m != mode_id("lossless") && (t != topology_id("butterfly") || (n & (n - 1)) == 0)) {
+        // each chunk crosses n-1 hops: all ranks together send (n-1) x the plan's wire bytes (a
+        // codec whose messages have a data-dependent part, lossless and bounded: at most that)
+        if (t != topology_id("butterfly") || (n & (n - 1)) == 0) {
           int64_t total = 0;
           for (const CallStats& s : st) total += s.bytes_sent;
           const int64_t numel = n * padded_shard(cfg, Collective::kReduceScatter, n, shard);
-          EXPECT_NEAR(double(total), double(n - 1) * st[0].bits_per_coord * double(numel) / 8.0, 0.5);
+          const double planned = double(n - 1) * st[0].bits_per_coord * double(numel) / 8.0;
+          if (!two_part) EXPECT_NEAR(double(total), planned, 0.5);
+          else EXPECT_LE(double(total), planned + 0.5);
         }
       }
 }
