@@ -35,6 +35,7 @@
 #include "kernels/lossless/lossless_codec.h"
 #include "test_dynamiq_util.h"
 #include "params_util.h"
+#include "mode_cases.h"
 
 namespace dynamiq {
 namespace {
@@ -464,15 +465,18 @@ TEST(CudaCollective, MalformedMessagesRaiseAndTheCodecRecovers) {
 TEST(CudaCollective, ReduceScatterAndAllGatherOnTheDeviceEqualTheHost) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
   for (Collective kind : {Collective::kReduceScatter, Collective::kAllGather})
-    for (Mode mode : {mode_id("none"), mode_id("dynamiq"), mode_id("bitsplit"), mode_id("lossless")})
+    for (const ModeCase& mc : mode_cases())  // every registered mode with a CUDA codec
       for (Topology topo : schedule_topologies(kind))
         for (int n : {2, 5})
           for (DType dt : {DType::kF32, DType::kBF16}) {
-            if (kind == Collective::kAllGather && mode != mode_id("none") && mode != mode_id("lossless")) continue;
+            const Mode mode = mc.id;
+            if (!has_device_codec(mode, cuda::device().name())) continue;
+            if (kind == Collective::kAllGather && !mc.exact) continue;  // all-gather: the exact modes
             SCOPED_TRACE(std::string(collective_name(kind)) + " " + mode_name(mode) + " " + topology_name(topo) +
                          " n=" + std::to_string(n) + " " + dtype_name(dt));
             CollectiveConfig cfg;
             cfg.mode = mode;
+            cfg.params = mc.params;
             cfg.topology = topo;
             cfg.block_bytes = 4096;
             const int64_t shard = padded_shard(cfg, kind, n, 256 * 12 + 5);

@@ -272,9 +272,12 @@ namespace {
 TEST(PrecomputedLocalPass, SameResultsAndOnlyForItsOwnBucket) {
   const int n = 3;
   const int64_t numel = 256 * 120 + 13;
-  for (const char* mode : {"dynamiq", "bitsplit", "lossless"}) {
+  for (const ModeCase& mc : mode_cases()) {  // every registered mode but none (no local pass)
+    if (mc.id == kModeNone) continue;
+    const char* mode = mc.name.c_str();
     CollectiveConfig cfg;
-    cfg.mode = mode_id(mode);
+    cfg.mode = mc.id;
+    cfg.params = mc.params;
     cfg.block_bytes = 4096;
     // variant 0: no pass; 1: its own; 2: one made for another rank's data; 3: for another seed
     std::vector<std::vector<std::vector<float>>> out(4);
