@@ -165,7 +165,7 @@ TEST(Timeline, WellFormedEveryModeTopologyAndPosting) {
 }
 
 TEST(Timeline, SlicesAreNumberedAndWellFormed) {
-  const Case c{"dynamiq", kTopologyRing, 3, false};
+  const Case c{"dynamiq", kTopologyRing, 3, false, {}};
   const Outcome r = run(c, true, 3 * 8192, 8192 * 4);  // 3 slices
   ASSERT_EQ(r.stats[0].slices, 3);
   check_well_formed(c, r, "sliced");
@@ -241,7 +241,7 @@ TEST(SendAhead, TheTimelineShowsSendsPostedBeforeEarlierReceives) {
   };
   for (Topology t : {kTopologyRing, topology_id("butterfly")})
     for (bool ordered : {false, true}) {
-      const Case c{"dynamiq", t, 2, ordered};
+      const Case c{"dynamiq", t, 2, ordered, {}};
       setenv("DYNAMIQ_SEND_AHEAD", "0", 1);
       EXPECT_EQ(ahead_posts(run(c, true, 256 * 400 + 13), c.n), 0) << name(c);
       setenv("DYNAMIQ_SEND_AHEAD", "2", 1);
@@ -254,7 +254,7 @@ TEST(SendAhead, TheTimelineShowsSendsPostedBeforeEarlierReceives) {
     }
   // the default posts ahead
   unsetenv("DYNAMIQ_SEND_AHEAD");
-  const Case c{"dynamiq", kTopologyRing, 2, false};
+  const Case c{"dynamiq", kTopologyRing, 2, false, {}};
   EXPECT_GT(ahead_posts(run(c, true, 256 * 400 + 13), c.n), 0) << "default";
   if (before) setenv("DYNAMIQ_SEND_AHEAD", saved.c_str(), 1); else unsetenv("DYNAMIQ_SEND_AHEAD");
 }
