@@ -563,20 +563,23 @@ TEST(CudaCollective, TheDriverKeepsAllDeviceWorkOnTheCurrentStream) {
     Topology topo;
     bool inf;
     bool correlated;
+    ParamSet params;  // the mode's declared defaults (mode_cases)
   };
   std::vector<Case> cases;
-  for (Mode mode : {mode_id("none"), mode_id("dynamiq"), mode_id("bitsplit"), mode_id("lossless")})
-    for (Topology topo : {kTopologyRing, topology_id("butterfly")}) cases.push_back({mode, topo, false, true});
-  cases.push_back({mode_id("dynamiq"), kTopologyRing, true, true});
-  cases.push_back({mode_id("bitsplit"), kTopologyRing, true, true});
-  cases.push_back({mode_id("dynamiq"), topology_id("twostep"), false, false});
+  // every registered mode with a CUDA codec (a test-only one too)
+  for (const ModeCase& m : mode_cases())
+    if (has_device_codec(m.id, cuda::device().name()))
+      for (Topology topo : {kTopologyRing, topology_id("butterfly")}) cases.push_back({m.id, topo, false, true, m.params});
+  cases.push_back({mode_id("dynamiq"), kTopologyRing, true, true, mode_case("dynamiq").params});
+  cases.push_back({mode_id("bitsplit"), kTopologyRing, true, true, mode_case("bitsplit").params});
+  cases.push_back({mode_id("dynamiq"), topology_id("twostep"), false, false, mode_case("dynamiq").params});
   for (const Case& c : cases) {
     SCOPED_TRACE(std::string(mode_name(c.mode)) + " " + topology_name(c.topo) + (c.inf ? " with an inf" : "") +
                  (c.correlated ? "" : " independent"));
     CollectiveConfig cfg;
     cfg.mode = c.mode;
     cfg.topology = c.topo;
-    set_if_declared(c.mode, cfg.params, "bits", num_value(c.mode == mode_id("bitsplit") ? 3.0 : 5.0));
+    cfg.params = c.params;
     if (c.mode == mode_id("dynamiq")) cfg.params.set("rounding", c.correlated ? "correlated" : "independent");
     cfg.block_bytes = 4096;
     auto input = make_input(n, dt, numel);
