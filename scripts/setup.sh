@@ -101,7 +101,8 @@ if [ ! -f "$stamp" ] || [ -n "$(find csrc python tests/cpp/*_codec CMakeLists.tx
   if source scripts/ccache_env.sh; then
     export CMAKE_CXX_COMPILER_LAUNCHER=ccache CMAKE_CUDA_COMPILER_LAUNCHER=ccache
   fi
-  # DYNAMIQ_TEST_CODECS: the test-only codecs (tests/cpp/*_codec, mode "negate") in this development
+  # DYNAMIQ_TEST_CODECS: the test-only codecs and topologies (tests/cpp/*_codec, mode "negate";
+  # tests/cpp/*_topology, topology "star") in this development
   # install, for tests/python (a wheel built elsewhere leaves them out: CMakeLists.txt)
   PATH="$PWD/.venv/bin:$PATH" $VPY -m pip install --disable-pip-version-check -q --no-build-isolation -e . \
     --config-settings=cmake.define.DYNAMIQ_TEST_CODECS=ON \

@@ -141,8 +141,10 @@ def pool_rank(rank: int, world: int, store: str, mb: float, cases, out) -> None:
 
 def pool_table(args) -> list:
     ctx = mp.get_context("spawn")
+    import dynamiq
+
     modes = ["none", "dynamiq", "lossless", "bitsplit"]
-    topos = ["ring", "butterfly", "twostep"]
+    topos = dynamiq.available_topologies(compositions=False)  # every schedule of this build
     cases = [(m, t) for m in modes for t in topos]
     rows = []
     for world in args.pool_worlds:
@@ -212,14 +214,15 @@ def main(argv=None) -> None:
         lines.append(f"| {r['method']} | {r['after_ddp_kb'] / 1024:.0f} | {r['peak_kb'] / 1024:.0f} | {peaks} | "
                      f"{r['final_kb'] / 1024:.0f} | {extra:+.0f} | {extra / grad_mb:+.1%} | {pool} |")
     pool_rows = pool_table(args) if args.pool_table else []
+    topos = list(dict.fromkeys(r["topology"] for r in pool_rows))  # those measured, in order
     if pool_rows:
         lines += ["", f"Buffer pool after one all-reduce (mean) of a {args.pool_mb:g} MB float32 bucket, "
                   "MB per rank (rank 0, 1, ...); dynamiq 5 bits, bitsplit 4 bits, default windows (16 MiB).", "",
-                  "| world | mode | ring | butterfly | twostep |", "|---|---|---|---|---|"]
+                  "| world | mode | " + " | ".join(topos) + " |", "|---|---|" + "---|" * len(topos)]
         for world in args.pool_worlds:
             for m in ["none", "dynamiq", "lossless", "bitsplit"]:
                 cells = []
-                for t in ["ring", "butterfly", "twostep"]:
+                for t in topos:
                     row = next(r for r in pool_rows if r["world"] == world and r["mode"] == m and r["topology"] == t)
                     v = row["pool_mb"]
                     cells.append(f"{v[0]:.1f}" if max(v) - min(v) < 0.05 else " / ".join(f"{x:.1f}" for x in v))

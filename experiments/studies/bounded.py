@@ -89,7 +89,7 @@ def accuracy(n: int, numel: int, log) -> tuple:
         rng = sum(float(x.max()) - float(x.min()) for x in xs) / n
         bounds = ([("rel", r, r * rng) for r in SMOOTH_REL] if kind == "smooth"
                   else [("abs", c, c * rms) for c in GRAD_RMS])
-        for topo in ("ring", "butterfly", "twostep"):
+        for topo in dynamiq.available_topologies(compositions=False):  # every schedule
             for how, b, e_req in bounds:
                 kw = {"error_bound_rel": b} if how == "rel" else {"error_bound": e_req}
                 cfg = dynamiq.Config(mode="bounded", topology=topo, **kw)

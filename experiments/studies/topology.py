@@ -88,7 +88,8 @@ def fit_slope(recs) -> str:
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--worlds", type=int, nargs="+", default=[2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64])
-    p.add_argument("--topologies", nargs="+", default=["ring", "butterfly", "twostep"])
+    p.add_argument("--topologies", nargs="+", default=dynamiq.available_topologies(compositions=False),
+                   help="default: every schedule of this build (dynamiq.available_topologies)")
     p.add_argument("--rows", nargs="+", default=DEFAULT_ROWS)
     p.add_argument("--numel", type=int, default=1 << 18)
     p.add_argument("--trials", type=int, default=3)
@@ -155,8 +156,9 @@ def main(argv=None) -> None:
         exact = [r for r in args.rows if r.split(":")[0] in EXACT_MODES]
         fig, axes = plt.subplots(1, 2 if exact else 1, figsize=(12 if exact else 8, 7.5),
                                  gridspec_kw={"width_ratios": [3, 1.4]} if exact else None, squeeze=False)
-        styles = {"ring": "-", "butterfly": "--", "twostep": ":"}
-        markers = {"ring": "o", "butterfly": "s", "twostep": "^"}
+        # one line style and marker per topology, in the registry's order
+        styles = dict(zip(args.topologies, ["-", "--", ":", "-."] * len(args.topologies)))
+        markers = dict(zip(args.topologies, ["o", "s", "^", "D", "v", "x"] * len(args.topologies)))
         for ax, rows_here, title in ((axes[0][0], lossy, f"lossy codecs ({args.data} data)"),
                                      (axes[0][-1] if exact else None, exact, "exact modes: float32 rounding floor")):
             if ax is None or not rows_here:

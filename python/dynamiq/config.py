@@ -88,6 +88,15 @@ def topologies(collective: Optional[str] = None, compositions: bool = True) -> l
             and (compositions or not t["composition"])]
 
 
+def _topology_config_fields(topology: str) -> tuple:
+    """The CollectiveConfig fields a topology reads beyond the codec's (the registry's
+    config_fields: local_size, intra_mode); () for a schedule or an unknown name."""
+    for t in _C.available_topologies():
+        if t["name"] == topology:
+            return tuple(t.get("config_fields", ()))
+    return ()
+
+
 def topology_supports(topology: str, collective: str) -> bool:
     """Whether a topology runs a collective ("all_reduce", "reduce_scatter", "all_gather"),
     as the topology registry says (hierarchical: all-reduces only)."""
@@ -358,8 +367,11 @@ class _ConfigBase:
         c = _C.CollectiveConfig()
         c.mode = _C.MODE_AUTO if self.mode == AUTO else _C.mode_id(self.mode)
         c.topology = self.topology  # (the binding looks the name up in the topology registry)
-        if self.topology == "hierarchical":
+        # the topology's own fields, as its registry entry lists them (a schedule has none)
+        fields = _topology_config_fields(self.topology)
+        if "local_size" in fields:
             c.local_size = self.resolved_local_size()
+        if "intra_mode" in fields:
             c.intra_mode = _C.mode_id(self.intra_mode)
         if self.mode == AUTO:
             c.auto_lossy = _C.mode_id(self.auto_lossy)

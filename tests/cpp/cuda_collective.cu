@@ -35,6 +35,7 @@
 #include "kernels/lossless/lossless_codec.h"
 #include "test_dynamiq_util.h"
 #include "params_util.h"
+#include "mode_cases.h"
 
 namespace dynamiq {
 namespace {
@@ -464,15 +465,18 @@ TEST(CudaCollective, MalformedMessagesRaiseAndTheCodecRecovers) {
 TEST(CudaCollective, ReduceScatterAndAllGatherOnTheDeviceEqualTheHost) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
   for (Collective kind : {Collective::kReduceScatter, Collective::kAllGather})
-    for (Mode mode : {mode_id("none"), mode_id("dynamiq"), mode_id("bitsplit"), mode_id("lossless")})
+    for (const ModeCase& mc : mode_cases())  // every registered mode with a CUDA codec
       for (Topology topo : schedule_topologies(kind))
         for (int n : {2, 5})
           for (DType dt : {DType::kF32, DType::kBF16}) {
-            if (kind == Collective::kAllGather && mode != mode_id("none") && mode != mode_id("lossless")) continue;
+            const Mode mode = mc.id;
+            if (!has_device_codec(mode, cuda::device().name())) continue;
+            if (kind == Collective::kAllGather && !mc.exact) continue;  // all-gather: the exact modes
             SCOPED_TRACE(std::string(collective_name(kind)) + " " + mode_name(mode) + " " + topology_name(topo) +
                          " n=" + std::to_string(n) + " " + dtype_name(dt));
             CollectiveConfig cfg;
             cfg.mode = mode;
+            cfg.params = mc.params;
             cfg.topology = topo;
             cfg.block_bytes = 4096;
             const int64_t shard = padded_shard(cfg, kind, n, 256 * 12 + 5);
@@ -559,20 +563,23 @@ TEST(CudaCollective, TheDriverKeepsAllDeviceWorkOnTheCurrentStream) {
     Topology topo;
     bool inf;
     bool correlated;
+    ParamSet params;  // the mode's declared defaults (mode_cases)
   };
   std::vector<Case> cases;
-  for (Mode mode : {mode_id("none"), mode_id("dynamiq"), mode_id("bitsplit"), mode_id("lossless")})
-    for (Topology topo : {kTopologyRing, topology_id("butterfly")}) cases.push_back({mode, topo, false, true});
-  cases.push_back({mode_id("dynamiq"), kTopologyRing, true, true});
-  cases.push_back({mode_id("bitsplit"), kTopologyRing, true, true});
-  cases.push_back({mode_id("dynamiq"), topology_id("twostep"), false, false});
+  // every registered mode with a CUDA codec (a test-only one too)
+  for (const ModeCase& m : mode_cases())
+    if (has_device_codec(m.id, cuda::device().name()))
+      for (Topology topo : {kTopologyRing, topology_id("butterfly")}) cases.push_back({m.id, topo, false, true, m.params});
+  cases.push_back({mode_id("dynamiq"), kTopologyRing, true, true, mode_case("dynamiq").params});
+  cases.push_back({mode_id("bitsplit"), kTopologyRing, true, true, mode_case("bitsplit").params});
+  cases.push_back({mode_id("dynamiq"), topology_id("twostep"), false, false, mode_case("dynamiq").params});
   for (const Case& c : cases) {
     SCOPED_TRACE(std::string(mode_name(c.mode)) + " " + topology_name(c.topo) + (c.inf ? " with an inf" : "") +
                  (c.correlated ? "" : " independent"));
     CollectiveConfig cfg;
     cfg.mode = c.mode;
     cfg.topology = c.topo;
-    set_if_declared(c.mode, cfg.params, "bits", num_value(c.mode == mode_id("bitsplit") ? 3.0 : 5.0));
+    cfg.params = c.params;
     if (c.mode == mode_id("dynamiq")) cfg.params.set("rounding", c.correlated ? "correlated" : "independent");
     cfg.block_bytes = 4096;
     auto input = make_input(n, dt, numel);

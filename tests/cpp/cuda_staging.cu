@@ -33,6 +33,7 @@
 #include "kernels/registry.h"
 #include "test_dynamiq_util.h"
 #include "params_util.h"
+#include "mode_cases.h"
 
 namespace dynamiq {
 namespace {
@@ -141,20 +142,23 @@ StagedRun run_collectives(const CollectiveConfig& cfg, const std::vector<std::ve
 TEST(CudaStaging, EveryModeOverAHostTransportEqualsTheHostRun) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
   const int64_t numel = 256 * 40 + 5;
-  for (Mode mode : {kModeNone, mode_id("dynamiq"), mode_id("bitsplit"), mode_id("lossless")})
+  // every registered mode with a CUDA codec (a test-only one too), with its declared defaults
+  for (const ModeCase& mc : mode_cases())
     for (Topology topo : schedule_topologies())
       for (int n : {2, 3})
         for (DType dt : {DType::kF32, DType::kBF16})
           for (bool inf : {false, true}) {
+            const Mode mode = mc.id;
+            if (!has_device_codec(mode, cuda::device().name())) continue;
             // (n = 2 and bf16 on the ring only; an inf on lossy modes, whose exact fallback it takes)
             if ((n == 2 || dt == DType::kBF16) && topo != kTopologyRing) continue;
-            if (inf && (dt == DType::kBF16 || mode == kModeNone || mode == mode_id("lossless"))) continue;
+            if (inf && (dt == DType::kBF16 || mc.exact)) continue;
             SCOPED_TRACE(std::string(mode_name(mode)) + " " + topology_name(topo) + " n=" + std::to_string(n) + " " +
                          dtype_name(dt) + (inf ? " with an inf" : ""));
             CollectiveConfig cfg;
             cfg.mode = mode;
             cfg.topology = topo;
-            set_if_declared(mode, cfg.params, "bits", num_value(mode == mode_id("bitsplit") ? 3.0 : 5.0));
+            cfg.params = mc.params;
             cfg.block_bytes = 4096;  // several blocks per chunk
             auto input = staged_input(n, dt, numel);
             if (inf) {
@@ -163,9 +167,9 @@ TEST(CudaStaging, EveryModeOverAHostTransportEqualsTheHostRun) {
             }
             const StagedRun host = run_collectives(cfg, input, dt, numel, false, 2);
             const StagedRun dev = run_collectives(cfg, input, dt, numel, true, 2);
-            EXPECT_EQ(host.stats[0].path, inf                  ? Path::kExactNonfinite
-                                          : mode == kModeNone ? Path::kExactMode
-                                                              : Path::kCompressed);
+            EXPECT_EQ(host.stats[0].path, inf                                        ? Path::kExactNonfinite
+                                          : make_scheme(mode, mc.params)->identity() ? Path::kExactMode
+                                                                                     : Path::kCompressed);
             for (int r = 0; r < n; ++r) {
               EXPECT_EQ(dev.out[size_t(r)], host.out[size_t(r)]) << "rank " << r;
               EXPECT_EQ(dev.stats[size_t(r)].path, host.stats[size_t(r)].path) << "rank " << r;

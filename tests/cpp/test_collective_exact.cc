@@ -13,6 +13,7 @@
 #include <set>
 #include <vector>
 
+#include "mode_cases.h"
 #include "hook/collective/collective.h"
 #include "hook/collective/executor.h"
 #include "hook/transport/inproc_transport.h"
@@ -65,10 +66,23 @@ void run_all(int n, const CollectiveConfig& cfg, std::vector<std::vector<float>>
   });
 }
 
-class ExactSum : public ::testing::TestWithParam<std::tuple<Topology, int>> {};
+// Every exact registered mode (mode_cases), every registered schedule, n = 1..9.
+class ExactSum : public ::testing::TestWithParam<std::tuple<std::string, Topology, int>> {
+ protected:
+  // exact_cfg in the case's mode, with its parameters
+  CollectiveConfig cfg(Topology t, int64_t block_bytes) const {
+    return with_mode(exact_cfg(t, block_bytes), mode_case(std::get<0>(GetParam())));
+  }
+};
+
+std::vector<std::string> exact_mode_names() {
+  std::vector<std::string> v;
+  for (const ModeCase& m : mode_cases(Modes::kExact)) v.push_back(m.name);
+  return v;
+}
 
 TEST_P(ExactSum, IntegerInputsSumExactlyOnEveryRank) {
-  const auto [topo, n] = GetParam();
+  const auto [mode, topo, n] = GetParam();
   for (int64_t numel : {int64_t(0), int64_t(1), int64_t(7), int64_t(255), int64_t(256),
                         int64_t(257), int64_t(1000), int64_t(n * 256 + 3), int64_t(100003)}) {
     for (int64_t block_bytes : {int64_t(1024), int64_t(1 << 20)}) {
@@ -76,17 +90,17 @@ TEST_P(ExactSum, IntegerInputsSumExactlyOnEveryRank) {
       std::vector<float> ref(size_t(numel), 0.f);
       for (auto& v : x)
         for (int64_t i = 0; i < numel; ++i) ref[size_t(i)] += v[size_t(i)];
-      run_all(n, exact_cfg(topo, block_bytes), x);
+      run_all(n, cfg(topo, block_bytes), x);
       for (int r = 0; r < n; ++r)
         for (int64_t i = 0; i < numel; ++i)
           ASSERT_EQ(x[size_t(r)][size_t(i)], ref[size_t(i)])
-              << topo_str(topo) << " n=" << n << " numel=" << numel << " rank " << r << " i=" << i;
+              << mode << " " << topo_str(topo) << " n=" << n << " numel=" << numel << " rank " << r << " i=" << i;
     }
   }
 }
 
 TEST_P(ExactSum, RandomInputsBitIdenticalAcrossRanks) {
-  const auto [topo, n] = GetParam();
+  const auto [mode, topo, n] = GetParam();
   const int64_t numel = 5000;
   std::mt19937 g(n);
   std::normal_distribution<float> d(0.f, 1.f);
@@ -97,7 +111,7 @@ TEST_P(ExactSum, RandomInputsBitIdenticalAcrossRanks) {
       v[size_t(i)] = d(g);
       ref[size_t(i)] += v[size_t(i)];
     }
-  run_all(n, exact_cfg(topo, 2048), x, ReduceOp::kMean);
+  run_all(n, cfg(topo, 2048), x, ReduceOp::kMean);
   for (int r = 0; r < n; ++r)
     for (int64_t i = 0; i < numel; ++i) {
       ASSERT_EQ(f32_bits(x[size_t(r)][size_t(i)]), f32_bits(x[0][size_t(i)])) << "rank " << r;
@@ -108,10 +122,11 @@ TEST_P(ExactSum, RandomInputsBitIdenticalAcrossRanks) {
 
 INSTANTIATE_TEST_SUITE_P(
     AllTopologies, ExactSum,
-    ::testing::Combine(::testing::ValuesIn(schedule_topologies()),
+    ::testing::Combine(::testing::ValuesIn(exact_mode_names()), ::testing::ValuesIn(schedule_topologies()),
                        ::testing::Range(1, 10)),
     [](const auto& info) {
-      return topo_str(std::get<0>(info.param)) + "_n" + std::to_string(std::get<1>(info.param));
+      return std::get<0>(info.param) + "_" + topo_str(std::get<1>(info.param)) + "_n" +
+             std::to_string(std::get<2>(info.param));
     });
 
 TEST(ExactSum, LargeBucketRingAndButterfly) {

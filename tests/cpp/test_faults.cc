@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "kernels/registry.h"
+#include "mode_cases.h"
 #include "hook/collective/collective.h"
 #include "hook/transport/fault_transport.h"
 #include "hook/transport/inproc_transport.h"
@@ -49,6 +50,7 @@ enum class Wire { kExact, kGloo, kNccl };  // receive sizes exact; shorter accep
 
 struct Scenario {
   Mode mode = kModeNone;
+  ParamSet params;  // the mode's (mode_cases: example_params)
   int world = 3;
   Topology topo = kTopologyRing;
   Wire wire = Wire::kExact;
@@ -82,6 +84,7 @@ struct Result {
 CollectiveConfig config_of(const Scenario& sc) {
   CollectiveConfig c;
   c.mode = sc.mode;
+  c.params = sc.params;
   c.topology = sc.topo;
   c.min_compress_numel = 0;
   c.block_bytes = 2048;  // several blocks per chunk: many messages
@@ -205,10 +208,11 @@ std::string name_of(const Scenario& sc) {
 
 std::vector<Scenario> scenarios() {
   std::vector<Scenario> v;
-  for (Mode m : {kModeNone, mode_id("dynamiq"), mode_id("lossless"), mode_id("bitsplit")})
+  for (const ModeCase& m : mode_cases())  // every registered mode
     for (Wire w : {Wire::kExact, Wire::kGloo, Wire::kNccl}) {
       Scenario s;
-      s.mode = m;
+      s.mode = m.id;
+      s.params = m.params;
       s.wire = w;
       s.topo = w == Wire::kNccl ? topology_id("twostep") : kTopologyRing;
       v.push_back(s);
@@ -283,9 +287,10 @@ TEST(Faults, ClosedConnectionRaisesTransportErrorOnEveryRank) {
 
 // A slow peer within the timeout changes nothing but the time; past it, every rank raises.
 TEST(Faults, DelayedPeerWithinTimeoutGivesTheSameBits) {
-  for (Mode m : {kModeNone, mode_id("dynamiq"), mode_id("lossless"), mode_id("bitsplit")}) {
+  for (const ModeCase& m : mode_cases()) {
     Scenario sc;
-    sc.mode = m;
+    sc.mode = m.id;
+    sc.params = m.params;
     sc.timeout = std::chrono::milliseconds(3000);
     const Reference ref = reference(sc);
     FaultSpec f;
@@ -404,9 +409,11 @@ TEST(Faults, DuplicatedMessageLeavesItsCollectiveCorrect) {
 // the receiver. The outcomes per mode (detected, silently wrong, no effect) are counted and
 // printed for docs/reliability.md.
 TEST(Faults, BitFlipsEndCleanlyAndLosslessHeadersAreAlwaysCaught) {
-  for (Mode m : {kModeNone, mode_id("dynamiq"), mode_id("lossless"), mode_id("bitsplit")}) {
+  for (const ModeCase& mc : mode_cases()) {
+    const Mode m = mc.id;
     Scenario sc;
     sc.mode = m;
+    sc.params = mc.params;
     const Reference ref = reference(sc);
     const int64_t msgs = ref.sends[1];
     int detected = 0, wrong = 0, same = 0, total = 0, replica_split = 0;
@@ -457,9 +464,11 @@ TEST(Faults, BitFlipsEndCleanlyAndLosslessHeadersAreAlwaysCaught) {
 // every rank completes with the fault-free bits (a flip that sets the non-finite count sends
 // the bucket exactly, which the exact modes' results do not notice). Never a split verdict.
 TEST(Faults, HeaderBitFlipsGiveTheSameVerdictOnEveryRank) {
-  for (Mode m : {kModeNone, mode_id("dynamiq")}) {
+  for (const ModeCase& mc : mode_cases()) {
+    const Mode m = mc.id;
     Scenario sc;
     sc.mode = m;
+    sc.params = mc.params;
     const Reference ref = reference(sc);
     int exact_path = 0;
     for (int64_t bit = 0; bit < 81 * 64; bit += 37) {
@@ -478,10 +487,10 @@ TEST(Faults, HeaderBitFlipsGiveTheSameVerdictOnEveryRank) {
       }
       EXPECT_TRUE(all_raised || all_done) << what << ": " << r.describe();
       if (all_done) {
-        // the same path on every rank: bit-identical replicas; for mode none also the
-        // fault-free bits (DynamiQ may have taken the exact path: a flipped non-finite count)
+        // the same path on every rank: bit-identical replicas; for an exact mode also the
+        // fault-free bits (a lossy one may have taken the exact path: a flipped non-finite count)
         for (size_t k = 1; k < r.first.size(); ++k) EXPECT_EQ(r.first[k], r.first[0]) << what;
-        if (m == kModeNone) EXPECT_EQ(r.count(End::kCorrect, 0), sc.world) << what << ": " << r.describe();
+        if (mc.exact) EXPECT_EQ(r.count(End::kCorrect, 0), sc.world) << what << ": " << r.describe();
         else if (r.count(End::kWrong, 0) > 0) ++exact_path;
       }
     }

@@ -11,7 +11,9 @@
 #include <vector>
 
 #include "hook/collective/collective.h"
+#include "hook/collective/topology.h"
 #include "hook/transport/inproc_transport.h"
+#include "mode_cases.h"
 
 namespace dynamiq {
 namespace {
@@ -38,7 +40,8 @@ class CorruptSums final : public Transport {
   int64_t s_, q_;
 };
 
-std::vector<std::string> run(size_t at, int64_t s, int64_t q) {
+// `cfg`: the config every rank passes (every registered mode and schedule below).
+std::vector<std::string> run(size_t at, int64_t s, int64_t q, const CollectiveConfig& cfg) {
   const int n = 3;
   InprocWorld world(n, std::chrono::seconds(10));
   std::vector<std::string> errors(n);
@@ -49,7 +52,7 @@ std::vector<std::string> run(size_t at, int64_t s, int64_t q) {
     a.data = x.data();
     a.numel = int64_t(x.size());
     try {
-      all_reduce(c, CollectiveConfig{}, a);
+      all_reduce(c, cfg, a);
     } catch (const Error& e) {
       errors[size_t(r)] = e.what();
     }
@@ -62,14 +65,15 @@ std::vector<std::string> run(size_t at, int64_t s, int64_t q) {
 constexpr size_t kModePiece0 = 2 + kNumInputErrors;
 
 TEST(HeaderCorruption, OverflowingSumsAreADisagreementOnEveryRank) {
+  for (const ModeCase& m : mode_cases())  // every registered mode
   for (const auto& [s, q] : std::vector<std::pair<int64_t, int64_t>>{
            {int64_t(1) << 32, 0},            // s*s wraps to 0 == n*q: read as agreement before
            {int64_t(1) << 40, int64_t(1) << 40},  // s*s overflows
            {-3, 3},                          // negative sum
            {0, int64_t(1) << 62},            // n*q overflows
            {INT64_MIN, 0}}) {
-    SCOPED_TRACE("s " + std::to_string(s) + " q " + std::to_string(q));
-    const auto errors = run(kModePiece0, s, q);
+    SCOPED_TRACE(m.name + " s " + std::to_string(s) + " q " + std::to_string(q));
+    const auto errors = run(kModePiece0, s, q, with_mode(CollectiveConfig{}, m));
     for (const std::string& e : errors) {
       EXPECT_NE(e.find("ranks disagree on mode"), std::string::npos) << e;
       EXPECT_EQ(e, errors[0]);
@@ -81,8 +85,10 @@ TEST(HeaderCorruption, OverflowingSumsAreADisagreementOnEveryRank) {
 // world size (a contribution lost or corrupted in the all-reduce) is named as such on every
 // rank, before any field is compared.
 TEST(HeaderCorruption, WrongRankCountIsReportedOnEveryRank) {
+  for (const ModeCase& m : mode_cases())
   for (int64_t count : {int64_t(2), int64_t(4), int64_t(1) << 40}) {
-    const auto errors = run(0, count, 0);  // entries 0 (count) and 1 (non-finite count)
+    SCOPED_TRACE(m.name);
+    const auto errors = run(0, count, 0, with_mode(CollectiveConfig{}, m));  // entries 0 (count), 1 (non-finite)
     for (const std::string& e : errors) {
       EXPECT_NE(e.find("header exchange counted " + std::to_string(count) + " ranks, expected 3"), std::string::npos)
           << e;
@@ -91,10 +97,19 @@ TEST(HeaderCorruption, WrongRankCountIsReportedOnEveryRank) {
   }
 }
 
+// Every registered mode on every registered schedule: mode id v (< 2^16: all in its first
+// 16-bit piece) on 3 ranks sums to the honest pair (3 v, 3 v^2); written over the real sums,
+// the collective still runs.
 TEST(HeaderCorruption, HonestSumsStillAgree) {
-  // mode none = 0 on 3 ranks: the honest pair is (0, 0); the collective runs.
-  const auto errors = run(kModePiece0, 0, 0);
-  for (const std::string& e : errors) EXPECT_EQ(e, "");
+  for (const ModeCase& m : mode_cases())
+    for (Topology t : schedule_topologies()) {
+      SCOPED_TRACE(m.name + " " + topology_name(t));
+      CollectiveConfig c = with_mode(CollectiveConfig{}, m);
+      c.topology = t;
+      const int64_t v = int64_t(m.id);
+      const auto errors = run(kModePiece0, 3 * v, 3 * v * v, c);
+      for (const std::string& e : errors) EXPECT_EQ(e, "");
+    }
 }
 
 }  // namespace

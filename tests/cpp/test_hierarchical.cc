@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "mode_cases.h"
 #include "hook/collective/collective.h"
 #include "hook/transport/inproc_transport.h"
 #include "kernels/registry.h"
@@ -118,7 +119,8 @@ TEST(Hierarchical, ExactModesSumExactlyAndLosslessMatchesNone) {
         else
           ASSERT_NEAR(none[0][size_t(i)], sum, 1e-6 * sh.n * mag + 1e-30) << i;
       }
-      for (const Mode intra : {kModeNone, lossless}) {
+      for (const ModeCase& im : mode_cases(Modes::kExact)) {  // every exact registered mode as intra_mode
+        const Mode intra = im.id;
         const auto ll = run({hier(lossless, sh.k, intra)}, in);
         ASSERT_EQ(std::memcmp(ll[0].data(), none[0].data(), size_t(sh.numel) * sizeof(float)), 0)
             << "lossless (intra " << mode_name(intra) << ") differs from none";

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "mode_cases.h"
 #include "hook/collective/config.h"
 #include "kernels/registry.h"
 #include "params_util.h"
@@ -33,8 +34,16 @@ void expect_rejected(const CollectiveConfig& c, const std::string& what, const s
 }
 
 TEST(MakeScheme, AcceptsTheDefaultConfigOfEveryMode) {
-  for (Mode m : {mode_id("none"), mode_id("dynamiq"), mode_id("lossless"), mode_id("bitsplit")})
-    EXPECT_NO_THROW(make_scheme(mode_cfg(m))) << mode_name(m);
+  // every registered mode: its defaults, or (a mode with a parameter it needs and no default for
+  // it: bounded) its declared example; a mode whose every parameter has a default runs on those
+  for (const ModeCase& m : mode_cases()) {
+    bool all_defaults = true;
+    for (const ParamDecl& d : mode_params(m.id)) all_defaults = all_defaults && d.has_default;
+    if (all_defaults) EXPECT_TRUE(m.params.empty()) << m.name;
+    CollectiveConfig c = mode_cfg(m.id);
+    c.params = m.params;
+    EXPECT_NO_THROW(make_scheme(c)) << m.name;
+  }
   // and settings at the edges of what the codecs support
   CollectiveConfig c = mode_cfg(mode_id("dynamiq"));
   c.params.set("widths", widths_of((1u << 1) | (1u << 2) | (1u << 4) | (1u << 8) | (1u << 16)));

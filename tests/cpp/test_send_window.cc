@@ -19,6 +19,7 @@
 #include "hook/collective/collective.h"
 #include "hook/collective/executor.h"
 #include "hook/transport/inproc_transport.h"
+#include "mode_cases.h"
 
 namespace dynamiq {
 namespace {
@@ -119,14 +120,14 @@ std::vector<std::vector<float>> gaussian(int n, int64_t numel, uint32_t seed) {
 }
 
 TEST(SendWindow, EveryScheduleRunsUnderRendezvousSendsAndGivesTheSameBits) {
-  for (Mode m : {mode_id("none"), mode_id("dynamiq"), mode_id("lossless"), mode_id("bitsplit")})
+  for (const ModeCase& m : mode_cases())  // every registered mode and schedule
     for (Topology topo : schedule_topologies())
       for (int n = 1; n <= 6; ++n)
         for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMean}) {
-          SCOPED_TRACE(std::string(mode_name(m)) + " " + topology_name(topo) + " n=" + std::to_string(n) +
+          SCOPED_TRACE(m.name + " " + topology_name(topo) + " n=" + std::to_string(n) +
                        (op == ReduceOp::kMean ? " mean" : " sum"));
           const auto in = gaussian(n, 40000 + 37 * n, 100 + uint32_t(n));
-          const CollectiveConfig cfg = mode_cfg(m, topo);
+          const CollectiveConfig cfg = with_mode(mode_cfg(m.id, topo), m);
           const Result eager = run_once(n, cfg, in, false, op);
           const Result rv = run_once(n, cfg, in, true, op);
           for (int r = 0; r < n; ++r) {

@@ -15,6 +15,7 @@
 
 #include "hook/collective/collective.h"
 #include "hook/collective/executor.h"
+#include "mode_cases.h"
 #include "hook/transport/inproc_transport.h"
 
 namespace dynamiq {
@@ -63,15 +64,15 @@ Data integers(int n, int64_t numel, uint32_t seed) {
 
 TEST(Slices, ExactModesStayExact) {
   const int64_t numel = 100003;  // 64 KB slices = 16384 floats: 7 slices, the last one short
-  for (Mode m : {mode_id("none"), mode_id("lossless")})
+  for (const ModeCase& m : mode_cases(Modes::kExact))  // every exact registered mode
     for (Topology t : schedule_topologies())
       for (int n : {2, 3}) {
-        SCOPED_TRACE(std::string(mode_name(m)) + " " + topology_name(t) + " n=" + std::to_string(n));
+        SCOPED_TRACE(m.name + " " + topology_name(t) + " n=" + std::to_string(n));
         Data x = integers(n, numel, 7);
         std::vector<float> sum(static_cast<size_t>(numel), 0.f);
         for (const auto& v : x)
           for (size_t i = 0; i < v.size(); ++i) sum[i] += v[i];
-        const auto st = run(n, cfg_for(m, t, 64 << 10), x, ReduceOp::kSum);
+        const auto st = run(n, with_mode(cfg_for(m.id, t, 64 << 10), m), x, ReduceOp::kSum);
         for (int r = 0; r < n; ++r) {
           EXPECT_EQ(st[size_t(r)].slices, 7);
           EXPECT_EQ(st[size_t(r)].numel, numel);

@@ -24,6 +24,7 @@
 #include "hook/collective/executor.h"
 #include "hook/transport/inproc_transport.h"
 #include "kernels/registry.h"
+#include "mode_cases.h"
 #include "test_dynamiq_util.h"
 
 namespace dynamiq {
@@ -32,10 +33,11 @@ namespace {
 using namespace dqtest;
 
 struct Case {
-  const char* mode;
+  std::string mode;
   Topology topo;
   int n;
   bool ordered;
+  ParamSet params;  // the mode's (mode_cases; none given: its defaults)
 };
 
 struct Outcome {
@@ -47,6 +49,7 @@ struct Outcome {
 Outcome run(const Case& c, bool timeline, int64_t numel, int64_t max_collective_bytes = 0) {
   CollectiveConfig cfg;
   cfg.mode = mode_id(c.mode);
+  cfg.params = c.params;
   cfg.topology = c.topo;
   cfg.block_bytes = 4096;  // several pipelined blocks per chunk
   if (max_collective_bytes > 0) cfg.max_collective_bytes = max_collective_bytes;
@@ -75,16 +78,16 @@ Outcome run(const Case& c, bool timeline, int64_t numel, int64_t max_collective_
 }
 
 std::string name(const Case& c) {
-  return std::string(c.mode) + " " + topology_name(c.topo) + " n=" + std::to_string(c.n) +
+  return c.mode + " " + topology_name(c.topo) + " n=" + std::to_string(c.n) +
          (c.ordered ? " ordered" : " gloo-like");
 }
 
 std::vector<Case> cases() {
   std::vector<Case> v;
-  for (const char* mode : {"none", "dynamiq", "lossless", "bitsplit"})
+  for (const ModeCase& m : mode_cases())  // every registered mode and schedule
     for (Topology t : schedule_topologies())
       for (int n : {2, 3, 4})
-        for (bool ordered : {false, true}) v.push_back({mode, t, n, ordered});
+        for (bool ordered : {false, true}) v.push_back({m.name, t, n, ordered, m.params});
   return v;
 }
 
@@ -162,7 +165,7 @@ TEST(Timeline, WellFormedEveryModeTopologyAndPosting) {
 }
 
 TEST(Timeline, SlicesAreNumberedAndWellFormed) {
-  const Case c{"dynamiq", kTopologyRing, 3, false};
+  const Case c{"dynamiq", kTopologyRing, 3, false, {}};
   const Outcome r = run(c, true, 3 * 8192, 8192 * 4);  // 3 slices
   ASSERT_EQ(r.stats[0].slices, 3);
   check_well_formed(c, r, "sliced");
@@ -238,7 +241,7 @@ TEST(SendAhead, TheTimelineShowsSendsPostedBeforeEarlierReceives) {
   };
   for (Topology t : {kTopologyRing, topology_id("butterfly")})
     for (bool ordered : {false, true}) {
-      const Case c{"dynamiq", t, 2, ordered};
+      const Case c{"dynamiq", t, 2, ordered, {}};
       setenv("DYNAMIQ_SEND_AHEAD", "0", 1);
       EXPECT_EQ(ahead_posts(run(c, true, 256 * 400 + 13), c.n), 0) << name(c);
       setenv("DYNAMIQ_SEND_AHEAD", "2", 1);
@@ -251,7 +254,7 @@ TEST(SendAhead, TheTimelineShowsSendsPostedBeforeEarlierReceives) {
     }
   // the default posts ahead
   unsetenv("DYNAMIQ_SEND_AHEAD");
-  const Case c{"dynamiq", kTopologyRing, 2, false};
+  const Case c{"dynamiq", kTopologyRing, 2, false, {}};
   EXPECT_GT(ahead_posts(run(c, true, 256 * 400 + 13), c.n), 0) << "default";
   if (before) setenv("DYNAMIQ_SEND_AHEAD", saved.c_str(), 1); else unsetenv("DYNAMIQ_SEND_AHEAD");
 }
@@ -269,9 +272,12 @@ namespace {
 TEST(PrecomputedLocalPass, SameResultsAndOnlyForItsOwnBucket) {
   const int n = 3;
   const int64_t numel = 256 * 120 + 13;
-  for (const char* mode : {"dynamiq", "bitsplit", "lossless"}) {
+  for (const ModeCase& mc : mode_cases()) {  // every registered mode but none (no local pass)
+    if (mc.id == kModeNone) continue;
+    const char* mode = mc.name.c_str();
     CollectiveConfig cfg;
-    cfg.mode = mode_id(mode);
+    cfg.mode = mc.id;
+    cfg.params = mc.params;
     cfg.block_bytes = 4096;
     // variant 0: no pass; 1: its own; 2: one made for another rank's data; 3: for another seed
     std::vector<std::vector<std::vector<float>>> out(4);

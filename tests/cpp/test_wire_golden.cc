@@ -203,6 +203,41 @@ std::map<std::string, std::string> compute() {
 
 const char* kGoldenPath = DYNAMIQ_GOLDEN_DIR "/wire.txt";
 
+// The record: name -> "bytes hash" (empty when the file is missing).
+std::map<std::string, std::string> read_golden() {
+  std::ifstream f(kGoldenPath);
+  std::map<std::string, std::string> want;
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    const size_t sp = line.find(' ');
+    want[line.substr(0, sp)] = line.substr(sp + 1);
+  }
+  return want;
+}
+
+// A built-in codec cannot skip the record: every built-in registered mode (ModeInfo::builtin)
+// has a case above, and every case has recorded lines ("<case>.<dtype>...", "<case>.fingerprint").
+// (Test-only codecs are not recorded: their bytes are no format anyone keeps.)
+TEST(WireGolden, EveryBuiltinModeHasRecordedLines) {
+  const std::map<std::string, std::string> want = read_golden();
+  ASSERT_FALSE(want.empty()) << "missing " << kGoldenPath;
+  const std::vector<Case> all = cases();
+  for (const ModeInfo& m : registered_modes()) {
+    if (!m.builtin) continue;
+    int n_cases = 0;
+    for (const Case& c : all) {
+      if (c.cfg.mode != m.id) continue;
+      ++n_cases;
+      const std::string prefix = c.name + ".";
+      const auto it = want.lower_bound(prefix);
+      EXPECT_TRUE(it != want.end() && it->first.compare(0, prefix.size(), prefix) == 0)
+          << "case " << c.name << " of mode " << m.name << " has no line in " << kGoldenPath;
+    }
+    EXPECT_GT(n_cases, 0) << "built-in mode " << m.name << " has no wire golden case (add it to cases())";
+  }
+}
+
 TEST(WireGolden, EveryModesMessagesAreByteIdenticalToTheRecord) {
   const auto rec = compute();
   ASSERT_GT(rec.size(), 100u);
@@ -215,13 +250,7 @@ TEST(WireGolden, EveryModesMessagesAreByteIdenticalToTheRecord) {
   }
   std::ifstream f(kGoldenPath);
   ASSERT_TRUE(f.good()) << "missing " << kGoldenPath;
-  std::map<std::string, std::string> want;
-  std::string line;
-  while (std::getline(f, line)) {
-    if (line.empty() || line[0] == '#') continue;
-    const size_t sp = line.find(' ');
-    want[line.substr(0, sp)] = line.substr(sp + 1);
-  }
+  const std::map<std::string, std::string> want = read_golden();
   int diffs = 0;
   for (const auto& [k, v] : want) {
     auto it = rec.find(k);

@@ -1,4 +1,4 @@
-// The codec harness shared by fuzz_codec_{dynamiq,lossless,bitsplit,bounded,identity}.cc: a plan
+// The codec harness of fuzz_codec.cc (every registered mode, mode_of) and fuzz_collective.cc: a plan
 // made as a collective makes it (the mode's scheme, the plan from real statistics of a
 // deterministic bucket, the block table), one block of it, and one receiving role of the
 // codec run on the fuzzed bytes as that block's message:
@@ -30,6 +30,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <exception>
 #include <map>
@@ -101,6 +102,20 @@ struct CodecCase {
   }
 };
 
+// The registered mode a byte picks: the codec registry's modes by id (built in: none 0,
+// dynamiq 1, lossless 2, bitsplit 3, bounded 4; then the test-only ones linked in), b % count.
+inline Mode mode_of(uint8_t b) {
+  static const std::vector<ModeInfo> m = registered_modes();
+  return m[b % m.size()].id;
+}
+// The byte mode_of maps to `mode` (for the corpus generator).
+inline uint8_t mode_byte(Mode mode) {
+  const std::vector<ModeInfo> m = registered_modes();
+  for (size_t i = 0; i < m.size(); ++i)
+    if (m[i].id == mode) return uint8_t(i);
+  return 0;
+}
+
 // The registered schedule (all-reduce) a parameter byte picks, by id: with the
 // built-in topologies ring 0, butterfly 1, twostep 2, as the corpus was recorded.
 inline Topology topology_of(uint8_t b) {
@@ -119,6 +134,33 @@ inline Topology topology_of(uint8_t b) {
 //   bounded:  p[0] bit 0 relative bound: error_bound_rel = (1 + p[1]) / 256 x 2^-(p[2] % 24);
 //             else error_bound = (1 + p[1] / 256) x 2^(p[2] % 96 - 80) (2^-80 .. 2^15)
 //   lossless, none: nothing
+//   any other mode (a codec registered later, the test-only ones): its declared parameters in
+//             order, parameter i from p[i] (generic_params)
+// The generic mapping from a mode's declarations: a bool p & 1; a choice choices[p % count]; an
+// integer lo + p % (hi - lo + 1) over a finite range (else p); a number lo + (hi - lo) (p + 1) /
+// 256 over a finite range (else p / 16); lists keep their defaults. A combination the mode
+// refuses is no case (make_setup).
+inline void generic_params(Mode mode, const uint8_t* p, ParamSet& out) {
+  const std::vector<ParamDecl>& decls = mode_params(mode);
+  for (size_t i = 0; i < decls.size() && i < 8; ++i) {
+    const ParamDecl& d = decls[i];
+    const double lo = d.lo, hi = d.hi;
+    const bool finite = std::isfinite(lo) && std::isfinite(hi);
+    switch (d.type) {
+      case ParamType::kBool: out.set(d.name, double(p[i] & 1)); break;
+      case ParamType::kChoice:
+        if (!d.choices.empty()) out.set(d.name, d.choices[p[i] % d.choices.size()].c_str());
+        break;
+      case ParamType::kInteger:
+        out.set(d.name, finite ? lo + double(p[i] % (int64_t(hi - lo) + 1)) : double(p[i]));
+        break;
+      case ParamType::kNumber: out.set(d.name, finite ? lo + (hi - lo) * (p[i] + 1) / 256.0 : p[i] / 16.0); break;
+      case ParamType::kNumbers:
+      case ParamType::kIntegers: break;
+    }
+  }
+}
+
 inline CollectiveConfig config_of(const CodecCase& c) {
   CollectiveConfig cfg;
   cfg.mode = c.mode;
@@ -152,6 +194,8 @@ inline CollectiveConfig config_of(const CodecCase& c) {
       cfg.params.set("error_bound_rel", double((1.0 + p[1]) / 256.0 * std::ldexp(1.0, -(p[2] % 24))));
     else
       cfg.params.set("error_bound", double((1.0 + p[1] / 256.0) * std::ldexp(1.0, p[2] % 96 - 80)));
+  } else if (c.mode != kModeNone && c.mode != mode_id("lossless")) {
+    generic_params(c.mode, p, cfg.params);
   }
   return cfg;
 }

@@ -215,7 +215,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   Input<32> in(data, size);
   const uint8_t* p = in.p;
   CodecCase c;
-  c.mode = Mode(p[0] % 4);  // the registry's ids: none 0, dynamiq 1, lossless 2, bitsplit 3
+  c.mode = mode_of(p[0]);  // every registered mode (fuzz_codec.h)
   std::memcpy(c.mode_params, p + 16, 8);
   std::memcpy(&c.seed, p + 24, 8);
   CollectiveConfig cfg = config_of(c);

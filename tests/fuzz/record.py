@@ -13,14 +13,11 @@ sys.path.insert(0, REPO)
 from experiments import results_io  # noqa: E402
 
 WHAT = {
-    "fuzz_codec_dynamiq": "DynamiQ codec: decompress, decompress-accumulate, fused hop",
-    "fuzz_codec_lossless": "lossless codec: the same roles, dynamic_bytes",
-    "fuzz_codec_bitsplit": "bitsplit codec: planes, scales, spike values and indices",
-    "fuzz_codec_identity": "identity codec (mode none)",
+    "fuzz_codec": "every registered codec (the input's first byte picks it): decompress, "
+                  "decompress-accumulate, fused hop, dynamic_bytes",
     "fuzz_lossless_block": "lossless block parser, ZipCCL and Huffman decoders",
     "fuzz_plan": "DynamiQ plan from received statistics and a restored allocator state",
     "fuzz_collective": "one rank of a whole all_reduce: header exchange, metadata, executor, codecs",
-    "fuzz_codec_bounded": "bounded codec: Lorenzo residual blocks, raw values, code lengths",
 }
 
 

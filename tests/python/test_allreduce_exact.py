@@ -68,7 +68,8 @@ def _exactness(rank, world):
 @pytest.mark.parametrize("world", [1, 2, 3, 4])
 def test_exact_equals_torch_and_ranks_bit_identical(world):
     res = run_ranks(_exactness, world, timeout=600)
-    assert all(r == 54 for r in res)
+    # 18 cases per schedule of this build (a build with the test topologies has star too)
+    assert all(r == 18 * len(dynamiq.available_topologies(compositions=False)) for r in res)
 
 
 def _async_beside_torch_collectives(rank, world):

@@ -103,9 +103,11 @@ uint64_t CollectiveConfig::fingerprint() const {
   f.add(block_bytes);
   f.add(min_compress_numel);
   if (max_collective_bytes != (int64_t(256) << 20)) f.add(max_collective_bytes);  // default: fingerprint as before
-  if (topology == kTopologyHierarchical) {  // (other topologies: fingerprint as before)
-    f.add(local_size);
-    f.add(uint8_t(intra_mode));
+  // the topology's own fields (topology.h config_fields; a schedule has none: as before)
+  for (const std::string& field : topology_config_fields(topology)) {
+    if (field == "local_size") f.add(local_size);
+    else if (field == "intra_mode") f.add(uint8_t(intra_mode));
+    else f.add(uint8_t(0xff));  // a field this fingerprint cannot encode yet: never silently equal
   }
   if (mode == kModeAuto) {
     f.add(uint8_t(auto_lossy));

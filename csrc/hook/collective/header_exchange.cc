@@ -3,6 +3,8 @@
 #include <cstring>
 #include <sstream>
 
+#include "hook/collective/topology.h"
+
 namespace dynamiq {
 namespace {
 
@@ -100,13 +102,14 @@ std::string disagreements(const std::vector<int64_t>& h, const std::vector<Heade
 }  // namespace
 
 std::vector<HeaderField> collective_header_fields(const CollectiveConfig& cfg, const CallArgs& a, uint32_t slice) {
-  // hierarchical: the ranks per node ride in the topology's field (the other
-  // topologies send the topology alone, as before)
-  const bool hier = cfg.topology == kTopologyHierarchical;
+  // a topology that uses local_size (topology.h config_fields): the ranks per node ride in the
+  // topology's field (the others send the topology alone, as before)
+  bool per_node = false;
+  for (const std::string& f : topology_config_fields(cfg.topology)) per_node = per_node || f == "local_size";
   return {
       {"mode", uint64_t(cfg.mode)},
-      {hier ? "topology or ranks per node (local_size; torchrun's LOCAL_WORLD_SIZE)" : "topology",
-       uint64_t(cfg.topology) | (hier ? uint64_t(uint32_t(cfg.local_size)) << 8 : 0)},
+      {per_node ? "topology or ranks per node (local_size; torchrun's LOCAL_WORLD_SIZE)" : "topology",
+       uint64_t(cfg.topology) | (per_node ? uint64_t(uint32_t(cfg.local_size)) << 8 : 0)},
       {"reduce op", uint64_t(a.op)},
       {"dtype", uint64_t(a.dtype)},
       {"numel", uint64_t(a.caller_numel >= 0 ? a.caller_numel : a.numel)},

@@ -246,6 +246,7 @@ TopologyDef hierarchical_topology() {
   d.collectives = kAllReduceOnly;
   d.compose = hierarchical_all_reduce;
   d.group_problem = hierarchical_config_problem;
+  d.config_fields = {"local_size", "intra_mode"};
   d.validate = [](const CollectiveConfig& cfg) {
     DQ_CHECK(make_scheme(hierarchical_intra_config(cfg))->exact(),
              "intra_mode must be an exact mode (none or lossless)");

@@ -70,7 +70,18 @@ struct TopologyDef {
   // front by tools before they start any (Python: config.run_problem).
   std::function<std::string(const CollectiveConfig& cfg, int world)> group_problem;
 
+  // The CollectiveConfig fields of the topology's own (beyond mode, params, ...), by name:
+  // "local_size" (ranks per node: also carried in the header exchange's topology field, bits
+  // 8-39) and "intra_mode". Each enters the config fingerprint, in this order, after the codec's
+  // values (config.cc); Python sets them from its Config (config.py _to_cpp). A schedule has none.
+  std::vector<std::string> config_fields;
+
   bool composition() const { return compose != nullptr; }
+  bool uses(std::string_view field) const {
+    for (const std::string& f : config_fields)
+      if (f == field) return true;
+    return false;
+  }
   bool runs(Collective c) const { return (collectives & collective_bit(c)) != 0; }
 };
 
@@ -85,6 +96,7 @@ struct TopologyInfo {
   Topology id;
   CollectiveSet collectives;
   bool composition;
+  std::vector<std::string> config_fields;  // TopologyDef::config_fields
 };
 // Every registered topology, by id.
 std::vector<TopologyInfo> registered_topologies();
@@ -98,6 +110,9 @@ const char* topology_name(Topology t);
 // A registered topology's entry (never moves); throws Error for an id nobody
 // registered.
 const TopologyDef& topology_def(Topology t);
+// TopologyDef::config_fields of t; empty for an id nobody registered (never
+// throws: the config fingerprint asks it of any config).
+std::vector<std::string> topology_config_fields(Topology t);
 // topology_def(t), checked to run `kind`: throws Error naming the topologies
 // that do.
 const TopologyDef& topology_for(Topology t, Collective kind);

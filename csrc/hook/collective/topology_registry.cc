@@ -120,7 +120,7 @@ void register_topology(TopologyDef def) { topologies().add(std::move(def)); }
 
 std::vector<TopologyInfo> registered_topologies() {
   std::vector<TopologyInfo> out;
-  for (const TopologyDef* d : topologies().sorted()) out.push_back({d->name, d->id, d->collectives, d->composition()});
+  for (const TopologyDef* d : topologies().sorted()) out.push_back({d->name, d->id, d->collectives, d->composition(), d->config_fields});
   return out;
 }
 
@@ -150,6 +150,11 @@ const TopologyDef& topology_def(Topology t) {
     throw Error("topology id " + std::to_string(int(t)) + " is not registered (registered topologies: " +
                 names_where([](const TopologyDef&) { return true; }) + ")");
   return *d;
+}
+
+std::vector<std::string> topology_config_fields(Topology t) {
+  const TopologyDef* d = topologies().find(t);
+  return d ? d->config_fields : std::vector<std::string>{};
 }
 
 const TopologyDef& topology_for(Topology t, Collective kind) {

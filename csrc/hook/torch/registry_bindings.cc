@@ -30,6 +30,7 @@ py::list topologies_list() {
       if (t.collectives & collective_bit(c)) kinds.append(collective_name(c));
     d["collectives"] = kinds;
     d["composition"] = t.composition;
+    d["config_fields"] = t.config_fields;
     l.append(std::move(d));
   }
   return l;
@@ -60,7 +61,8 @@ void bind_topologies_and_transports(py::module_& m) {
   // topologies: Python takes names, ids and collectives from here.
   m.def("available_topologies", &topologies_list,
         "The registered topologies, by id: dicts of name, id, collectives ('all-reduce', "
-        "'reduce-scatter', 'all-gather') and composition (True: collectives over sub-groups).");
+        "'reduce-scatter', 'all-gather'), composition (True: collectives over sub-groups) and "
+        "config_fields (the CollectiveConfig fields the topology reads: local_size, intra_mode).");
   m.def("topology_id", [](const std::string& name) { return int(topology_id(name)); }, py::arg("name"),
         "The id of a registered topology (CollectiveConfig.topology); DynamiqError for an unknown name.");
 }

@@ -2,7 +2,7 @@
 // the repository): `fuzz_corpus OUT` creates OUT/<target>/seed-NNNN. Deterministic: the
 // same build writes the same files. scripts/fuzz.sh runs it before fuzzing.
 //
-//   fuzz_codec_<mode>: prefix (fuzz_codec.h) + the block's message as a peer's compress
+//   fuzz_codec: mode byte + prefix (fuzz_codec.h) + the block's message as a peer's compress
 //       writes it, for a spread of dtypes, sizes, worlds, blocks, roles and mode parameters;
 //       each seed is checked to decode cleanly in its role.
 //   fuzz_lossless_block: lossless_encode of values that give every exponent format (plain,
@@ -75,7 +75,10 @@ std::vector<std::array<uint8_t, 8>> mode_variants(Mode m) {
         {0, 0, 0, 0, 0, 0, 0, 0},     // 2^-80: every block raw
         {1, 0, 10, 0, 0, 0, 0, 0},    // relative 2^-18
     };
-  return {{0, 0, 0, 0, 0, 0, 0, 0}};
+  if (m == kModeNone || m == mode_id("lossless")) return {{0, 0, 0, 0, 0, 0, 0, 0}};
+  // any other mode: generic_params (fuzz_codec.h) from a spread of bytes
+  return {{0, 0, 0, 0, 0, 0, 0, 0}, {1, 1, 1, 1, 1, 1, 1, 1}, {128, 128, 128, 128, 128, 128, 128, 128},
+          {255, 255, 255, 255, 255, 255, 255, 255}};
 }
 
 void codec_seeds(Mode m, const std::string& target) {
@@ -112,9 +115,11 @@ void codec_seeds(Mode m, const std::string& target) {
     Output o = s.out;
     o.bucket = y.data();
     codec.decompress(msg.data(), msg.size(), s.plan, s.block, o);
-    std::vector<uint8_t> bytes(kCodecPrefix);
-    c.encode(bytes.data());
-    FUZZ_CHECK(CodecCase::decode(m, bytes.data()).numel == c.numel, "prefix round trip");
+    std::vector<uint8_t> bytes(1 + kCodecPrefix);
+    bytes[0] = mode_byte(m);  // fuzz_codec.cc: the mode byte, then the harness's prefix
+    c.encode(bytes.data() + 1);
+    FUZZ_CHECK(mode_of(bytes[0]) == m, "mode byte round trip");
+    FUZZ_CHECK(CodecCase::decode(m, bytes.data() + 1).numel == c.numel, "prefix round trip");
     bytes.insert(bytes.end(), msg.begin(), msg.end());
     write_seed(target, bytes);
     ++written;
@@ -269,8 +274,9 @@ void collective_seeds() {
   int written = 0;
   for (int i = 0; i < 48; ++i) {
     std::vector<uint8_t> p(32, 0);
-    const Mode mode = Mode(i % 4);
-    p[0] = uint8_t(mode);
+    const std::vector<ModeInfo> modes = registered_modes();  // every registered mode
+    const Mode mode = modes[size_t(i) % modes.size()].id;
+    p[0] = mode_byte(mode);
     const DType dtype = DType((i / 4) % 3);
     const int style = (i / 3) % 3;
     p[1] = uint8_t(int(dtype) | ((i % 5 == 0) ? 4 : 0) | (style << 3));
@@ -346,11 +352,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   g_out = argv[1];
-  codec_seeds(mode_id("dynamiq"), "fuzz_codec_dynamiq");
-  codec_seeds(mode_id("lossless"), "fuzz_codec_lossless");
-  codec_seeds(mode_id("bitsplit"), "fuzz_codec_bitsplit");
-  codec_seeds(mode_id("bounded"), "fuzz_codec_bounded");
-  codec_seeds(kModeNone, "fuzz_codec_identity");
+  for (const ModeInfo& m : registered_modes()) codec_seeds(m.id, "fuzz_codec");  // every registered mode
   lossless_seeds();
   plan_seeds();
   collective_seeds();

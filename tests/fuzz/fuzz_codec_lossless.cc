@@ -1,8 +1,0 @@
-// libFuzzer target: the lossless codec's receiving roles on a fuzzed block message
-// (lossless messages through the codec (header, sections, CRC fix-up)). Input layout and properties: fuzz_codec.h.
-#include "kernels/registry.h"
-#include "fuzz_codec.h"
-
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  return dqfuzz::run_codec_case(dynamiq::mode_id("lossless"), data, size);
-}
