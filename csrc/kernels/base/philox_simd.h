@@ -3,7 +3,9 @@
 // DynamiqKernels.Avx2PhiloxMatchesScalar under every ISA).
 //
 // For counters (lo + k, c1, c2, hi), k < q (q a multiple of 32, lo + q without
-// a 32-bit wrap), and key (k0, k1): w[k + j*q] = word j of counter k's output.
+// a 32-bit wrap), and key (k0, k1): w[4k + j] = word j of counter k's output
+// (the four words of a call side by side: a call's 128 bits are one 16-byte
+// load for the 8 elements it rounds, dynamiq's RNG layout).
 //
 // The functions have internal linkage (static): each file that includes this
 // header compiles its own copy with its own ISA flags, so an AVX-512 copy can
@@ -55,11 +57,18 @@ static inline void philox4x32_10_x32_avx2(uint32_t lo, uint32_t c1, uint32_t c2,
       kk0 += kW0;
       kk1 += kW1;
     }
+    // 4 x 8 words to 8 calls of 4 words: a 4x4 transpose per 128-bit lane
+    // (calls c and c + 4 of the register share a lane), then the lanes regrouped
     for (int b = 0; b < NB; ++b) {
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(w + k8 + 8 * b), a0[b]);
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(w + k8 + 8 * b + q), a1[b]);
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(w + k8 + 8 * b + 2 * q), a2[b]);
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(w + k8 + 8 * b + 3 * q), a3[b]);
+      const __m256i t0 = _mm256_unpacklo_epi32(a0[b], a1[b]), t1 = _mm256_unpackhi_epi32(a0[b], a1[b]);
+      const __m256i t2 = _mm256_unpacklo_epi32(a2[b], a3[b]), t3 = _mm256_unpackhi_epi32(a2[b], a3[b]);
+      const __m256i u0 = _mm256_unpacklo_epi64(t0, t2), u1 = _mm256_unpackhi_epi64(t0, t2);  // calls 0|4, 1|5
+      const __m256i u2 = _mm256_unpacklo_epi64(t1, t3), u3 = _mm256_unpackhi_epi64(t1, t3);  // calls 2|6, 3|7
+      uint32_t* o = w + 4 * (k8 + 8 * b);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(o), _mm256_permute2x128_si256(u0, u1, 0x20));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + 8), _mm256_permute2x128_si256(u2, u3, 0x20));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + 16), _mm256_permute2x128_si256(u0, u1, 0x31));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + 24), _mm256_permute2x128_si256(u2, u3, 0x31));
     }
   }
 }
@@ -106,11 +115,21 @@ static inline void philox4x32_10_x32_avx512(uint32_t lo, uint32_t c1, uint32_t c
       kk0 += kW0;
       kk1 += kW1;
     }
+    // 4 x 16 words to 16 calls of 4 words: a 4x4 transpose per 128-bit lane
+    // (lane l holds calls l, l + 4, l + 8, l + 12 of u0..u3), then the lanes
+    // regrouped with two rounds of vshufi32x4
     for (int b = 0; b < NB; ++b) {
-      _mm512_storeu_si512(w + k16 + 16 * b, a0[b]);
-      _mm512_storeu_si512(w + k16 + 16 * b + q, a1[b]);
-      _mm512_storeu_si512(w + k16 + 16 * b + 2 * q, a2[b]);
-      _mm512_storeu_si512(w + k16 + 16 * b + 3 * q, a3[b]);
+      const __m512i t0 = _mm512_unpacklo_epi32(a0[b], a1[b]), t1 = _mm512_unpackhi_epi32(a0[b], a1[b]);
+      const __m512i t2 = _mm512_unpacklo_epi32(a2[b], a3[b]), t3 = _mm512_unpackhi_epi32(a2[b], a3[b]);
+      const __m512i u0 = _mm512_unpacklo_epi64(t0, t2), u1 = _mm512_unpackhi_epi64(t0, t2);
+      const __m512i u2 = _mm512_unpacklo_epi64(t1, t3), u3 = _mm512_unpackhi_epi64(t1, t3);
+      const __m512i v0 = _mm512_shuffle_i32x4(u0, u1, 0x44), v1 = _mm512_shuffle_i32x4(u2, u3, 0x44);
+      const __m512i v2 = _mm512_shuffle_i32x4(u0, u1, 0xEE), v3 = _mm512_shuffle_i32x4(u2, u3, 0xEE);
+      uint32_t* o = w + 4 * (k16 + 16 * b);
+      _mm512_storeu_si512(o, _mm512_shuffle_i32x4(v0, v1, 0x88));       // calls 0-3
+      _mm512_storeu_si512(o + 16, _mm512_shuffle_i32x4(v0, v1, 0xDD));  // calls 4-7
+      _mm512_storeu_si512(o + 32, _mm512_shuffle_i32x4(v2, v3, 0x88));  // calls 8-11
+      _mm512_storeu_si512(o + 48, _mm512_shuffle_i32x4(v2, v3, 0xDD));  // calls 12-15
     }
   }
 }

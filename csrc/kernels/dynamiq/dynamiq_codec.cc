@@ -52,7 +52,7 @@ struct Ctx {
 // AVX-512 ones at run time (cpu_isa()); each where the shapes fit it, the
 // portable kernel otherwise.
 
-// words[k + j*(S/4)] = word j of Philox call base + k, k < S/4.
+// words[4k + j] = word j of Philox call base + k, k < S/4.
 void fill_words(CpuIsa isa, const RngKey& key, uint64_t base, uint32_t purpose, uint32_t who, int S,
                 uint32_t* __restrict words) {
   const int q = S / 4;
@@ -201,8 +201,8 @@ void encode_codes(const Ctx& cx, const DqRounding& rd, int64_t src, Work& ws, ui
   const DqLevels& lv = cx.tb.lv[dynamiq_width_index(B)];
   uint32_t* __restrict w = ws.words.data();
   float* __restrict pi = ws.pi.data();
-  // S/8 Philox calls give S/2 words; each word's low half rounds element
-  // k < S/2 and its high half element k + S/2 (dq_value_word)
+  // S/8 Philox calls give S/2 words; call c rounds the 8 elements of octet c
+  // (dq_octet_word)
   const uint64_t value_call = uint64_t(src) * uint64_t(S / 8);
 #if defined(__AVX2__)
   if constexpr (B >= 2) {

@@ -34,15 +34,11 @@
 // decoders check only the size (check_message_size).
 //
 // RANDOMNESS (philox.h, key = RngCtx.key from (seed, collective sequence)):
-// element i of source SG src rounds with a 16-bit uniform: the low (i < S/2)
-// or high (i >= S/2) half of word (i / (S/8)) % 4 of the Philox call with
-// call src*S/8 + i%(S/8) (counter: call's low word, kPurposeValue, rank, call's high word);
-// its shared permutation word (correlated rounding) is the whole 32-bit word
-// i / (S/4) of call src*S/4 + i%(S/4) with purpose kPurposePermutation and rank
-// word 0 (dynamiq_math.h: dq_value_word, dq_word32); stochastic group scale k (when enabled)
-// uses word k%4 of counter (src*ceil(G/4) + k/4, kPurposeGroupScale, rank, 0).
-// A rank compresses each coordinate at most once per collective, so every
-// draw is used once.
+// the layout (which Philox call and which bits round each element, make its
+// shared permutation and round each stochastic group scale) is defined in
+// README.md ("Randomness"), its per-element reference in dynamiq_math.h
+// (dq_value_word, dq_word32, dq_group_word). A rank compresses each coordinate
+// at most once per collective, so every draw is used once.
 #pragma once
 
 #include <array>
@@ -163,7 +159,7 @@ DqRounding make_dynamiq_rounding(const RngCtx& rng);
 // process-wide: kernels/base/cpu_isa.h.)
 
 // The CPU kernels' random words of one SG (SIMD Philox where it applies):
-// words[k + j*(S/4)] = word j of Philox call call0 + k. For tests.
+// words[4k + j] = word j of Philox call call0 + k, k < S/4. For tests.
 void dynamiq_fill_words(const RngKey& key, uint64_t call0, uint32_t purpose, uint32_t who, int S,
                         uint32_t* words);
 

@@ -38,13 +38,14 @@ static inline uint16_t get_bf16(const uint8_t* p) { return uint16_t(p[0] | (uint
 // ---- portable kernels (any S, s; S a multiple of 8) -----------------------------
 namespace scalar {
 
-// words[k + j*(S/4)] = word j of Philox call base + k, k < S/4 (any counter,
-// also across a 2^32 boundary).
+// words[4k + j] = word j of Philox call base + k, k < S/4 (any counter, also
+// across a 2^32 boundary): the calls' words side by side, so the S words of
+// S/4 permutation calls are the S elements' words in element order.
 void fill_words(const RngKey& key, uint64_t base, uint32_t purpose, uint32_t who, int S,
                 uint32_t* __restrict words);
-// w[0, S/2) holds 32-bit words; afterwards w[k] = dq_u16_word(low half of
-// word k) and w[k + S/2] = dq_u16_word(high half of word k), for k in [from, S/2).
-void expand_u16_words(int S, uint32_t* __restrict w, int from = 0);
+// w[0, S/2) holds the words of S/8 value calls (fill_words); afterwards w[i]
+// is element i's rounding word, dq_octet_word(call i/8, i%8).
+void expand_u16_words(int S, uint32_t* __restrict w);
 // pi[i] = this rank's stratum for the permutation words sw[i], i < S.
 void fill_strata(const PermParams& pp, int S, const uint32_t* __restrict sw, float* __restrict pi);
 // out[k*s + i] = v[k] for i < s: the per-element copy of per-group values.

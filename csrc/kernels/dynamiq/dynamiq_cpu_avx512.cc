@@ -106,8 +106,7 @@ inline void load_records16(const float* base, const int32_t* idx, __m512 out[4])
 // now) and three mask operations per vector.
 //
 // Instantiated per (stochastic, correlated, width-4 register tables) so the
-// loop carries no run-time branches; which half of a Philox word an element
-// takes is known per call site (kHi).
+// loop carries no run-time branches.
 template <int B, bool kStoch, bool kCorr, bool kReg4>
 void encode_values_t(const DqLevels& lv, const uint32_t* __restrict recp,
                      const DynamiqTables::Width4Regs& w4, const DqRounding& rd,
@@ -116,11 +115,13 @@ void encode_values_t(const DqLevels& lv, const uint32_t* __restrict recp,
                      const uint32_t* __restrict w, uint8_t* __restrict out) {
   // g16: the 1/normaliser of each run of 16 elements (S/16 values: s is a
   // multiple of 16; indexing per run, not i / s, keeps an integer division out
-  // of the loop); w: the S/2 Philox words of
-  // the SG, not expanded (element i < S/2 takes the low half of w[i], element
-  // i >= S/2 the high half of w[i - S/2]: dq_value_word)
-  const int h = S / 2;
+  // of the loop); w: the S/2 words of the SG's S/8 value calls, not expanded
+  // (call c's words at w[4c, 4c + 4): the 16 elements of octets c, c + 1 take
+  // w[4c, 4c + 8), each octet's 4 words twice, the first 4 lanes of an octet
+  // rounding with their low 16 bits: dq_octet_word)
   const __m512i mid = _mm512_set1_epi32(0x8000), himask = _mm512_set1_epi32(int(0xffff0000u));
+  const __m512i octet_words = _mm512_setr_epi32(0, 1, 2, 3, 0, 1, 2, 3, 4, 5, 6, 7, 4, 5, 6, 7);
+  const __m512i u16shift = _mm512_setr_epi32(16, 16, 16, 16, 0, 0, 0, 0, 16, 16, 16, 16, 0, 0, 0, 0);
   constexpr int P = 8 / B;
   const int nb = S / P;
   const __m512i absmask = _mm512_set1_epi32(0x7fffffff);
@@ -157,7 +158,7 @@ void encode_values_t(const DqLevels& lv, const uint32_t* __restrict recp,
   const __m512i clast = _mm512_set1_epi32(kReg4 ? w4.last_cell : lv.ncells - 1);
   const float* __restrict rec = reinterpret_cast<const float*>(recp);
 
-  auto code16 = [&]<bool kHi>(int i) -> __m512i {
+  auto code16 = [&](int i) -> __m512i {
     const __m512 x = _mm512_loadu_ps(t + i);
     const __mmask16 negm = _mm512_cmp_ps_mask(x, zero, _CMP_LT_OQ);  // dq_sign
     const __m512 ax = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(x), absmask));
@@ -206,8 +207,10 @@ void encode_values_t(const DqLevels& lv, const uint32_t* __restrict recp,
     // dq_round_up, scaled by K (see above)
     __m512 vK = halfK;
     if constexpr (kStoch) {
-      const __m512i wv = !kHi ? _mm512_or_si512(_mm512_slli_epi32(_mm512_loadu_si512(w + i), 16), mid)
-                              : _mm512_ternarylogic_epi32(_mm512_loadu_si512(w + i - h), himask, mid, 0xEA);
+      const __m512i wc = _mm512_permutexvar_epi32(
+          octet_words, _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + i / 2))));
+      // (wc << shift) & himask | mid
+      const __m512i wv = _mm512_ternarylogic_epi32(_mm512_sllv_epi32(wc, u16shift), himask, mid, 0xEA);
       vK = _mm512_cvtepi32_ps(_mm512_srlv_epi32(wv, gshift));
     }
     if constexpr (kCorr) vK = _mm512_fmadd_ps(_mm512_loadu_ps(pi + i), Kv, vK);  // exact
@@ -217,27 +220,19 @@ void encode_values_t(const DqLevels& lv, const uint32_t* __restrict recp,
     return _mm512_mask_or_epi32(j, negm, j, signbit);
   };
 
-  // element i takes the low half of its word when i < h: for P >= 2 that is
-  // jp < P/2 (nb = S/P), for P = 1 the first h positions
   auto put = [&](int k, __m512i c) {
     _mm_storeu_si128(reinterpret_cast<__m128i*>(out + k), _mm512_cvtepi32_epi8(c));
   };
-  auto code = [&]<bool kHi>(int i, int shift) {
-    return _mm512_slli_epi32(code16.template operator()<kHi>(i), shift);
-  };
+  auto code = [&](int i, int shift) { return _mm512_slli_epi32(code16(i), shift); };
   if constexpr (P == 1) {
-    for (int k = 0; k < h; k += 16) put(k, code16.template operator()<false>(k));
-    for (int k = h; k < nb; k += 16) put(k, code16.template operator()<true>(k));
+    for (int k = 0; k < nb; k += 16) put(k, code16(k));
   } else if constexpr (P == 2) {
-    for (int k = 0; k < nb; k += 16)
-      put(k, _mm512_or_si512(code16.template operator()<false>(k), code.template operator()<true>(k + nb, B)));
+    for (int k = 0; k < nb; k += 16) put(k, _mm512_or_si512(code16(k), code(k + nb, B)));
   } else {
     static_assert(P == 4, "widths 2, 4, 8");
     for (int k = 0; k < nb; k += 16) {
-      const __m512i c01 =
-          _mm512_or_si512(code16.template operator()<false>(k), code.template operator()<false>(k + nb, B));
-      const __m512i c23 = _mm512_or_si512(code.template operator()<true>(k + 2 * nb, 2 * B),
-                                          code.template operator()<true>(k + 3 * nb, 3 * B));
+      const __m512i c01 = _mm512_or_si512(code16(k), code(k + nb, B));
+      const __m512i c23 = _mm512_or_si512(code(k + 2 * nb, 2 * B), code(k + 3 * nb, 3 * B));
       put(k, _mm512_or_si512(c01, c23));
     }
   }
