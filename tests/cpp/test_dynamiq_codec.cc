@@ -798,13 +798,21 @@ TEST(DynamiqKernels, Avx2PhiloxMatchesScalar) {
 
 // dynamiq_cpu_isa() names the kernels that run: "generic" in a build without
 // AVX2 (DYNAMIQ_CPU_ARCH empty, or not x86-64: the #if defined(__AVX2__)
-// kernels are not compiled in and the scalar ones run), "avx2" or "avx512"
-// with it. This file is compiled with the kernels' -march flags, so its
+// kernels are not compiled in and the scalar ones run), "avx2" with it, or
+// "avx512" in a build with AVX-512 kernels (none at present: an AVX-512 CPU
+// runs the AVX2 ones, which this test checks on such a CPU). This file is compiled with the kernels' -march flags, so its
 // __AVX2__ is theirs. dynamiq_set_cpu_isa accepts the build's baseline (and
 // whatever it returned), rejects the other baseline and unknown names.
 TEST(DynamiqKernels, CpuIsaNamesTheKernelsCompiledIn) {
   const std::string before = dynamiq_set_cpu_isa("auto");
   const std::string isa = dynamiq_cpu_isa();
+#if defined(__AVX2__) && !defined(DQ_HAVE_AVX512)
+  // no AVX-512 kernels compiled in: AVX2 whatever the CPU, and asking for
+  // AVX-512 is refused (DYNAMIQ_CPU_ISA=avx512 picks by CPU: AVX2 too)
+  EXPECT_EQ(isa, "avx2");
+  EXPECT_THROW(dynamiq_set_cpu_isa("avx512"), Error);
+  EXPECT_EQ(dynamiq_cpu_isa(), "avx2");
+#endif
 #if defined(__AVX2__)
   EXPECT_TRUE(isa == "avx2" || isa == "avx512") << isa;
   EXPECT_EQ(dynamiq_set_cpu_isa("avx2"), isa);

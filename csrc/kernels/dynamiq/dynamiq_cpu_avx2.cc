@@ -119,6 +119,15 @@ inline void swap_or_not(uint32_t n, uint32_t rank, const __m256i* w, __m256i* xo
 // read when kCorr. recp: DynamiqTables::cell_rec of width B (B = 8's bracket
 // search reads the cell's 16-byte record and cell[c] with plain loads: on the
 // Zen 3 guest 8-wide gathers cost more than 8 loads and inserts).
+//
+// dq_round_up is evaluated scaled by K = 1/gscale (a power of two): with
+// u = w >> gshift (an integer, gamma = u / K), the rounding compares
+// K (pi + gamma) = pi K + u (or K n - (pi K + u) for a negative value) with
+// p (n K). Bit-identical to the unscaled comparisons: pi K + u and
+// K n - (pi K + u) are integers below 2^24 (exact, as pi + gamma and
+// n - (pi + gamma) are), and p (n K) = K RN(p n) exactly unless p n is
+// subnormal, where both sides round down (pi + gamma and n - (pi + gamma) are
+// >= 2^-17 there).
 template <int B, bool kStoch, bool kCorr>
 void encode_values_t(const DqLevels& lv, const uint32_t* __restrict recp, const DqRounding& rd, int S,
                      const float* __restrict t, const float* __restrict gv, int rs,
@@ -190,7 +199,7 @@ void encode_values_t(const DqLevels& lv, const uint32_t* __restrict recp, const 
       const __m256 sm = _mm256_castsi256_ps(step);
       p = _mm256_mul_ps(_mm256_sub_ps(a, _mm256_blendv_ps(l0, next, sm)), _mm256_blendv_ps(g0, g1, sm));
     }
-    // dq_round_up, scaled by K = 1/gscale (exact: see avx512::encode_values_t)
+    // dq_round_up, scaled by K = 1/gscale (exact: see above)
     __m256 vK = halfK;
     if constexpr (kStoch) {
       // octet i/8's call: words w[i/2 .. i/2 + 4) in both halves
