@@ -453,6 +453,29 @@ void DynamiqCodec::decompress_accumulate(const uint8_t* in, size_t in_bytes, con
   });
 }
 
+void DynamiqCodec::decompress_accumulate_output(const uint8_t* in, size_t in_bytes, const Local& x,
+                                                const Plan& plan, const Block& b, const Output& y) const {
+  check_message_size(in_bytes, check_block(plan, b), "dynamiq");
+  const Ctx cx = make_ctx(p_, tables_);
+  const int64_t ahead = prefetch_ahead(plan);
+  parallel_units(b.w0, b.w1, kMinUnitsPerThread, kUnitsPerRun, [&](UnitRuns& runs) {
+    Work ws(p_.fmt.S, p_.fmt.S / p_.fmt.s);
+    std::vector<float> local(size_t(p_.fmt.S));
+    for (int64_t u0, u1; runs.next(u0, u1);) {
+      const uint8_t* p = in + wire_from(plan, b, u0);
+      for (int64_t w = u0; w < u1; ++w) {
+        const int bits = plan.bits[size_t(plan.src_unit(w))];
+        if (w + ahead < u1) prefetch_unit(x, plan, w + ahead);
+        load_unit(x, plan, w, local.data());
+        dispatch_width(
+            bits, [&](auto B) { decode_sg<decltype(B)::value>(cx, p, local.data(), ws, ws.tile.data()); });
+        store_unit(y, plan, w, ws.tile.data());
+        p += dynamiq_sg_bytes(bits, p_.fmt);
+      }
+    }
+  });
+}
+
 size_t DynamiqCodec::decompress_accumulate_recompress(const uint8_t* in, size_t in_bytes,
                                                       const Local& x, const Plan& plan,
                                                       const Block& b, const RngCtx& rng,

@@ -126,6 +126,9 @@ class DynamiqCodec final : public Codec {
   size_t decompress_accumulate_recompress(const uint8_t* in, size_t in_bytes, const Local& x,
                                           const Plan& plan, const Block& b, const RngCtx& rng,
                                           uint8_t* out) const override;
+  // One pass: each SG decoded onto the local values in a tile and stored.
+  void decompress_accumulate_output(const uint8_t* in, size_t in_bytes, const Local& x, const Plan& plan,
+                                    const Block& b, const Output& y) const override;
 
  private:
   // Checks the plan against the format for block b; returns the block's bytes.

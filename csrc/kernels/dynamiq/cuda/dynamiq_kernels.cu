@@ -30,7 +30,9 @@ namespace {
 
 using octet::Oct;
 
-enum Kind : int { kCompress = 0, kFused = 1, kDecAcc = 2, kDecompress = 3 };
+// kDecAccOut: the reduce-scatter sink (Codec::decompress_accumulate_output),
+// decompress-accumulate's sum stored as kDecompress stores its values.
+enum Kind : int { kCompress = 0, kFused = 1, kDecAcc = 2, kDecompress = 3, kDecAccOut = 4 };
 
 constexpr int kThreads = 256;  // threads per block (the block path: up to)
 constexpr int kMinBlocks = 4;  // 4 x 256 threads per SM at most 64 registers each: 50 % occupancy
@@ -264,14 +266,14 @@ DQ_DEVICE void warp_sg(const Args& a, const SgPos& g) {
   if constexpr (Kind != kDecompress) load_local(a, wl, src, 8 * t, n, x);
   if constexpr (Kind != kCompress) {
     decode_octet<Kind != kDecompress>(a, B, a.in + wire, t, x);
-    if constexpr (Kind != kDecompress) {
+    if constexpr (Kind == kFused || Kind == kDecAcc) {
 DQ_UNROLL
       for (int e = 0; e < 8; ++e)
         if (e >= n) x.v[e] = 0.0f;  // zero padding
     }
   }
-  if constexpr (Kind == kDecompress) {
-    if (live) store_output(a, src, src * S + 8 * t, n, x);
+  if constexpr (Kind == kDecompress || Kind == kDecAccOut) {
+    if (live) store_output(a, src, src * S + 8 * t, n, x);  // (the first n values only)
   } else if constexpr (Kind == kDecAcc) {
     if (live) octet::store_floats(a.acc + (wl - a.w0) * S + 8 * t, x);
   } else {
@@ -490,13 +492,13 @@ DQ_NO_UNROLL
         case 8: decode_elems<8, kAcc>(a, sg, i0, x); break;
         default: decode_elems<16, kAcc>(a, sg, i0, x); break;
       }
-      if constexpr (kAcc) {
+      if constexpr (Kind == kDecAcc) {
 DQ_UNROLL
         for (int e = 0; e < 8; ++e)
           if (e >= n) x.v[e] = 0.0f;  // zero padding
       }
     }
-    if constexpr (Kind == kDecompress) {
+    if constexpr (Kind == kDecompress || Kind == kDecAccOut) {
       store_output(a, src, src * S + i0, n, x);
     } else if constexpr (Kind == kDecAcc) {
       octet::store_floats(a.acc + (w - a.w0) * S + i0, x);
@@ -565,6 +567,7 @@ int launch(const DynamiqParams& prm, const DqTables& tb, const DevicePlan& p, co
       case kCompress: DQ_LAUNCH(warp_kernel<kCompress>, blocks, kThreads, 0, st)(a); break;
       case kFused: DQ_LAUNCH(warp_kernel<kFused>, blocks, kThreads, 0, st)(a); break;
       case kDecAcc: DQ_LAUNCH(warp_kernel<kDecAcc>, blocks, kThreads, 0, st)(a); break;
+      case kDecAccOut: DQ_LAUNCH(warp_kernel<kDecAccOut>, blocks, kThreads, 0, st)(a); break;
       default: DQ_LAUNCH(warp_kernel<kDecompress>, blocks, kThreads, 0, st)(a); break;
     }
   } else {
@@ -576,6 +579,7 @@ int launch(const DynamiqParams& prm, const DqTables& tb, const DevicePlan& p, co
       case kCompress: DQ_LAUNCH(block_kernel<kCompress>, blocks, threads, smem, st)(a); break;
       case kFused: DQ_LAUNCH(block_kernel<kFused>, blocks, threads, smem, st)(a); break;
       case kDecAcc: DQ_LAUNCH(block_kernel<kDecAcc>, blocks, threads, smem, st)(a); break;
+      case kDecAccOut: DQ_LAUNCH(block_kernel<kDecAccOut>, blocks, threads, smem, st)(a); break;
       default: DQ_LAUNCH(block_kernel<kDecompress>, blocks, threads, smem, st)(a); break;
     }
   }
@@ -675,6 +679,12 @@ int decompress_accumulate_recompress(const DynamiqParams& prm, const DqTables& t
                                      int64_t w0, int64_t w1, const DqRounding& rd, uint8_t* out,
                                      void* stream) {
   return launch(prm, tb, p, x, w0, w1, rd, in, out, nullptr, DeviceOutput(), kFused, stream);
+}
+
+int decompress_accumulate_output(const DynamiqParams& prm, const DqTables& tb, const DevicePlan& p,
+                                 const uint8_t* in, const DeviceLocal& x, int64_t w0, int64_t w1,
+                                 const DeviceOutput& y, void* stream) {
+  return launch(prm, tb, p, x, w0, w1, DqRounding(), in, nullptr, nullptr, y, kDecAccOut, stream);
 }
 
 }  // namespace cuda

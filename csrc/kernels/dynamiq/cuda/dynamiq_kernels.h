@@ -95,5 +95,10 @@ int decompress_accumulate_recompress(const DynamiqParams& prm, const DqTables& t
                                      int64_t w0, int64_t w1, const DqRounding& rd, uint8_t* out,
                                      void* stream);
 
+// The reduce-scatter sink (Codec::decompress_accumulate_output): y <- x + decompress(in).
+int decompress_accumulate_output(const DynamiqParams& prm, const DqTables& tb, const DevicePlan& p,
+                                 const uint8_t* in, const DeviceLocal& x, int64_t w0, int64_t w1,
+                                 const DeviceOutput& y, void* stream);
+
 }  // namespace cuda
 }  // namespace dynamiq
