@@ -90,7 +90,7 @@ fi
 # ---- 4. build and install dynamiq ---------------------------------------------------------
 # Rebuild only when a source file is newer than the last successful build.
 stamp=build/.dynamiq-installed
-if [ ! -f "$stamp" ] || [ -n "$(find csrc python CMakeLists.txt pyproject.toml -newer "$stamp" -print -quit)" ] \
+if [ ! -f "$stamp" ] || [ -n "$(find csrc python tests/cpp/*_codec CMakeLists.txt pyproject.toml -newer "$stamp" -print -quit)" ] \
    || ! $VPY -c "import dynamiq" >/dev/null 2>&1; then
   log "building dynamiq (C++ extension against the installed torch)"
   # through ccache (scripts/ccache_env.sh): scripts/test.sh's C++ build (build/cpp) then takes the
@@ -101,7 +101,10 @@ if [ ! -f "$stamp" ] || [ -n "$(find csrc python CMakeLists.txt pyproject.toml -
   if source scripts/ccache_env.sh; then
     export CMAKE_CXX_COMPILER_LAUNCHER=ccache CMAKE_CUDA_COMPILER_LAUNCHER=ccache
   fi
+  # DYNAMIQ_TEST_CODECS: the test-only codecs (tests/cpp/*_codec, mode "negate") in this development
+  # install, for tests/python (a wheel built elsewhere leaves them out: CMakeLists.txt)
   PATH="$PWD/.venv/bin:$PATH" $VPY -m pip install --disable-pip-version-check -q --no-build-isolation -e . \
+    --config-settings=cmake.define.DYNAMIQ_TEST_CODECS=ON \
     >/tmp/dynamiq-build.log 2>&1 || { tail -50 /tmp/dynamiq-build.log; exit 1; }
   mkdir -p build && touch "$stamp"
 fi

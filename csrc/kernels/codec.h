@@ -14,6 +14,8 @@
 // where a receive may be posted for the largest size (Gloo), else as two.
 #pragma once
 
+#include <atomic>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -23,8 +25,45 @@
 
 namespace dynamiq {
 
+// A plan's identity for the caches of work done once per plan (a codec's
+// checks, a device codec's copy of the arrays: plan_key.h). Process-wide
+// unique: every Plan made, copied or moved gets a new one, so a copy that is
+// then changed, or another plan made where a freed one was, never shares the
+// identity of a plan a codec has seen.
+class PlanGeneration {
+ public:
+  PlanGeneration() : v_(next()) {}
+  PlanGeneration(const PlanGeneration&) : v_(next()) {}
+  PlanGeneration(PlanGeneration&& o) noexcept : v_(next()) { o.v_ = next(); }
+  PlanGeneration& operator=(const PlanGeneration&) {
+    v_ = next();
+    return *this;
+  }
+  PlanGeneration& operator=(PlanGeneration&& o) noexcept {
+    v_ = next();
+    o.v_ = next();
+    return *this;
+  }
+  uint64_t value() const { return v_; }
+  void renew() { v_ = next(); }
+
+ private:
+  static uint64_t next() {
+    static std::atomic<uint64_t> counter{0};
+    return counter.fetch_add(1, std::memory_order_relaxed) + 1;
+  }
+  uint64_t v_;
+};
+
 // How a bucket is laid out for one collective. Built identically on every rank
 // from the same inputs (the all-reduced statistics and the config).
+//
+// Fixed once a codec has seen it: a codec checks a plan once, when it first
+// sees it, and a device codec copies its arrays to the device once, both
+// cached under the plan's identity (plan_key.h). To change a plan a codec has
+// seen, make a new one (a copy is one: it gets a new generation), or call
+// touch() after changing it in place. An element written in place without
+// touch() goes unseen: the codecs keep the old checks and device copy.
 struct Plan {
   DType dtype = DType::kF32;
   int64_t numel = 0;
@@ -57,6 +96,13 @@ struct Plan {
   }
   float unit_bias(int64_t src) const { return bias.empty() ? 0.0f : bias[size_t(src)]; }
   int num_chunks() const { return int(chunk_begin.size()) - 1; }
+
+  // This plan's identity (see above). touch(): its contents changed, give it a new one.
+  uint64_t generation() const { return gen_.value(); }
+  void touch() { gen_.renew(); }
+
+ private:
+  PlanGeneration gen_;
 };
 
 // A run of wire positions [w0, w1) that travels as one message.

@@ -32,17 +32,18 @@ struct Entry {
   SchemeFactory make_scheme;
   std::vector<ParamDecl> params;
   std::map<std::string, DeviceCodecFactory, std::less<>> devices;
+  bool builtin = false;  // one of DQ_BUILTIN_CODECS (not register_codec's)
 };
 
 class Registry {
  public:
   Registry() {
-#define DQ_REGISTER(name, id, factory, params) add(name, Mode(id), factory, params());
+#define DQ_REGISTER(name, id, factory, params) add(name, Mode(id), factory, params(), true);
     DQ_BUILTIN_CODECS(DQ_REGISTER)
 #undef DQ_REGISTER
   }
 
-  void add(const std::string& name, Mode id, SchemeFactory f, std::vector<ParamDecl> params) {
+  void add(const std::string& name, Mode id, SchemeFactory f, std::vector<ParamDecl> params, bool builtin = false) {
     DQ_CHECK(!name.empty(), "register_codec: empty mode name");
     DQ_CHECK(f != nullptr, "register_codec: mode '" + name + "' has no scheme factory");
     for (size_t i = 0; i < params.size(); ++i) {
@@ -64,6 +65,7 @@ class Registry {
     e->id = id;
     e->make_scheme = std::move(f);
     e->params = std::move(params);
+    e->builtin = builtin;
     entries_.push_back(std::move(e));
   }
 
@@ -98,7 +100,7 @@ class Registry {
   std::vector<ModeInfo> list() const {
     std::lock_guard<std::mutex> lock(mu_);
     std::vector<ModeInfo> out;
-    for (const auto& e : entries_) out.push_back({e->name, e->id});
+    for (const auto& e : entries_) out.push_back({e->name, e->id, e->builtin});
     std::sort(out.begin(), out.end(), [](const ModeInfo& a, const ModeInfo& b) { return a.id < b.id; });
     return out;
   }
@@ -108,6 +110,12 @@ class Registry {
     return names_locked();
   }
 
+  bool has_device(Mode id, std::string_view device) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& e : entries_)
+      if (e->id == id) return e->devices.find(device) != e->devices.end();
+    return false;
+  }
   // A copy of (mode, device)'s factory (registration may add others meanwhile).
   DeviceCodecFactory device(Mode id, const std::string& device) const {
     std::lock_guard<std::mutex> lock(mu_);
@@ -170,6 +178,8 @@ const char* mode_name(Mode id) {
 }
 
 bool mode_is_registered(Mode id) { return registry().find(id) != nullptr; }
+
+bool has_device_codec(Mode id, std::string_view device) { return registry().has_device(id, device); }
 
 const std::vector<ParamDecl>& mode_params(Mode id) {
   const Entry* e = registry().find(id);

@@ -62,6 +62,7 @@ void register_device_codec(std::string_view mode, std::string_view device, Devic
 struct ModeInfo {
   std::string name;
   Mode id;
+  bool builtin = false;  // registry.cc's own list; false for register_codec's (test-only codecs)
 };
 // Every registered mode, by id.
 std::vector<ModeInfo> registered_modes();
@@ -70,6 +71,8 @@ Mode mode_id(std::string_view name);
 // The name of a registered mode, "?" for an id nobody registered.
 const char* mode_name(Mode id);
 bool mode_is_registered(Mode id);
+// Whether (mode, device) has a device codec (Device::name(): "cuda" once cuda::device() was used).
+bool has_device_codec(Mode id, std::string_view device);
 // A registered mode's parameter declarations (Error for an unregistered one).
 const std::vector<ParamDecl>& mode_params(Mode id);
 

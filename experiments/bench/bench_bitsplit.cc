@@ -158,7 +158,7 @@ void allreduce_table(int64_t n) {
   const S settings[] = {{"INT2+SR stochastic", 2, -1, true}, {"INT4 stochastic", 4, -1, true},
                         {"INT4 nearest", 4, -1, false}, {"INT8 stochastic", 8, -1, true}};
   for (const S& st : settings)
-    for (Topology topo : {Topology::kTwoStep, Topology::kRing, Topology::kButterfly}) {
+    for (Topology topo : schedule_topologies()) {
       double err[3], ratio[3];
       int idx = 0;
       for (int world : {2, 4, 8}) {

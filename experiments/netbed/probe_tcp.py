@@ -5,9 +5,11 @@
         (the traffic pattern of a ring all-reduce step; with 2 ranks, both directions at once).
   incast: every rank but 0 sends BYTES to rank 0 at once (what ingress shaping is for).
 
-The sender's clock runs from its first byte to the receiver's 1-byte acknowledgement of the last one.
+The sender's clock runs from its first byte to the receiver's 1-byte acknowledgement of the last one;
+"start" and "end" are the same instants on CLOCK_MONOTONIC, shared by every process on the host, so
+the span of several senders (incast) is max(end) - min(start), whatever their start-up skew.
 Rank k listens on its own address (NETBED_ADDRS) at port MASTER_PORT + 1 + k; each rank writes
-{"rank", "sent_bytes", "seconds", "mbit_s", "received_bytes"} to OUT_DIR/rank<k>.json.
+{"rank", "sent_bytes", "seconds", "start", "end", "mbit_s", "received_bytes"} to OUT_DIR/rank<k>.json.
 """
 
 from __future__ import annotations
@@ -65,6 +67,7 @@ def _send(addr: str, port: int, nbytes: int, result: dict, connect_timeout: floa
         s.settimeout(None)
         s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         payload = memoryview(os.urandom(CHUNK))  # incompressible, though nothing here compresses
+        start = time.monotonic()  # CLOCK_MONOTONIC: one clock for every process (and netns) on the host
         t0 = time.perf_counter()
         s.sendall(struct.pack("!Q", nbytes))
         left = nbytes
@@ -75,7 +78,8 @@ def _send(addr: str, port: int, nbytes: int, result: dict, connect_timeout: floa
         if s.recv(1) != b"k":
             raise ConnectionError("no acknowledgement from the receiver")
         dt = time.perf_counter() - t0
-    result.update(sent_bytes=nbytes, seconds=dt, mbit_s=nbytes * 8 / dt / 1e6)
+        end = time.monotonic()
+    result.update(sent_bytes=nbytes, seconds=dt, mbit_s=nbytes * 8 / dt / 1e6, start=start, end=end)
 
 
 def main() -> None:

@@ -28,7 +28,7 @@ int main() {
   const int64_t numel = 256 * 64 + 11;
   std::printf("| mode | topology | ranks | pairs breaking it, default posting | pairs breaking it, ordered posting | first offence (ordered posting, else default) | one stream per rank, default posting | one stream per rank, ordered posting | rounds, ordered posting |\n|---|---|---:|---:|---:|---|---|---|---:|\n");
   for (Mode mode : {mode_id("none"), mode_id("dynamiq"), mode_id("bitsplit"), mode_id("lossless")})
-    for (Topology topo : {Topology::kRing, Topology::kButterfly, Topology::kTwoStep})
+    for (Topology topo : schedule_topologies())
       for (int n : {2, 3, 4, 5, 8}) {
         CollectiveConfig cfg;
         cfg.mode = mode;

@@ -31,6 +31,15 @@ def available_modes():
     return list(_C.available_modes())
 
 
+def available_topologies(collective=None, compositions=True):
+    """Topologies this build provides, by id: the C++ topology registry's list (valid
+    `Config.topology` values). `collective` ("all_reduce", "reduce_scatter",
+    "all_gather"): only those that run it; `compositions=False`: the schedules alone."""
+    from .config import topologies
+
+    return topologies(collective, compositions)
+
+
 def built_with_cuda() -> bool:
     """True if the CUDA kernels were compiled into this build (they have not run without a GPU)."""
     return bool(_C.built_with_cuda())
@@ -78,7 +87,7 @@ def __getattr__(name: str):
 
 __all__ = [
     "Config", "ConfigError", "DynamiqError", "HookState", "MalformedMessage", "TorchVersionMismatch", "TransportError",
-    "all_gather", "all_reduce", "available_modes", "built_with_cuda", "comm_hook", "cpu_isa", "cpu_threads",
-    "lossless_stats", "reduce_scatter", "register",
+    "all_gather", "all_reduce", "available_modes", "available_topologies", "built_with_cuda", "comm_hook", "cpu_isa",
+    "cpu_threads", "lossless_stats", "reduce_scatter", "register",
     "set_cpu_threads", "simulate",
 ]

@@ -25,20 +25,29 @@ from ._worker import retire_all, retire_worker
 DynamiqError = _C.DynamiqError
 TransportError = _C.TransportError
 
-# Device types each process group can carry (from its backend string, e.g.
-# "gloo", "nccl" or "cpu:gloo,cuda:nccl"), by group name.
-_group_devices: Dict[str, frozenset] = {}
+# Each process group's backend string (torch's get_backend_config: "gloo",
+# "nccl", "cpu:gloo,cuda:nccl", ...), by group name: what `transport_for` asks
+# the C++ transport factory about.
+_group_backends: Dict[str, str] = {}
+_transports: Dict[Tuple[str, str, bool], Tuple[Optional[dict], str]] = {}
 
 
-def _devices_of(backend: str) -> frozenset:
-    devs = set()
-    for part in str(backend).lower().split(","):
-        dev, _, name = part.rpartition(":")
-        if name == "nccl":
-            devs.add("cuda")  # dynamiq sends CUDA tensors through NCCL only
-        elif dev in ("", "cpu"):
-            devs.add("cpu")  # Gloo (or another CPU backend)
-    return frozenset(devs)
+def transport_for(group_name: Optional[str], device: str, staging: bool = False) -> Tuple[Optional[dict], str]:
+    """(the transport entry, "") for tensors on `device` ("cpu", "cuda") over the group, or
+    (None, why not): the C++ transport factory's choice for the group's backends
+    (csrc/hook/transport/transport_factory.h: Gloo for CPU tensors, NCCL for CUDA ones, or
+    CUDA tensors staged through host memory over Gloo; UCC, MPI and other backends refused).
+    `staging`: host staging asked for. A group not resolved here is taken as Gloo's."""
+    backend = _group_backends.get(group_name, "gloo") if group_name is not None else "gloo"
+    key = (backend, device, bool(staging))
+    found = _transports.get(key)
+    if found is None:
+        try:
+            found = (dict(_C.transport_for(backend, device, bool(staging))), "")
+        except DynamiqError as e:
+            found = (None, str(e))
+        _transports[key] = found
+    return found
 
 
 # dynamiq's own process group for each group a user passes, by the user group's
@@ -65,7 +74,7 @@ def _sweep_private_groups() -> None:
         if _alive(user) and _alive(own):
             continue
         del _private_groups[name]
-        _group_devices.pop(own.group_name, None)
+        _group_backends.pop(own.group_name, None)
         _retired.append((own, retire_worker(own.group_name)))
     waiting = []
     for own, worker in _retired:
@@ -167,7 +176,7 @@ def resolve_group(group: Optional[dist.ProcessGroup]) -> Tuple[dist.ProcessGroup
     name = own.group_name
     # the backend config, not get_backend: init_process_group() without a backend
     # reports "undefined" there, and "cpu:gloo,cuda:nccl" here on a GPU host
-    _group_devices[name] = _devices_of(dist.get_backend_config(g))
+    _group_backends[name] = str(dist.get_backend_config(g))
     return own, name
 
 
@@ -191,7 +200,7 @@ def _release_at_exit() -> None:
     with _private_lock:
         _private_groups.clear()
         _retired.clear()
-        _group_devices.clear()
+        _group_backends.clear()
 
 
 atexit.register(_release_at_exit)

@@ -9,9 +9,9 @@ import torch
 import torch.distributed as dist
 
 from . import _C
-from ._groups import _group_devices, _not_a_member, resolve_group  # noqa: F401 (resolve_group: re-exported)
+from ._groups import _not_a_member, resolve_group, transport_for  # noqa: F401 (resolve_group: re-exported)
 from ._worker import worker_for
-from .config import AUTO, TOPOLOGIES, Config, exact_modes, topology_supports
+from .config import AUTO, Config, exact_modes, topologies, topology_supports
 
 
 def _exact_list() -> str:
@@ -47,7 +47,6 @@ def check_tensor(t: torch.Tensor, group_name: Optional[str] = None) -> Tuple[int
         return _ERR_DTYPE, (
             f"dynamiq: dtype {t.dtype} is not supported; use torch.float32, torch.bfloat16 or "
             "torch.float16 (cast the tensor, or all-reduce it with torch.distributed)")
-    devs = _group_devices.get(group_name) if group_name is not None else None
     if t.device.type == "cuda":
         if not _C.built_with_cuda():
             return _ERR_DEVICE, (
@@ -55,15 +54,11 @@ def check_tensor(t: torch.Tensor, group_name: Optional[str] = None) -> Tuple[int
                 "reinstall with the CUDA toolkit on the PATH, or all-reduce CPU tensors over Gloo")
         if not torch.cuda.is_available():
             return _ERR_DEVICE, "dynamiq: a CUDA tensor, but torch.cuda.is_available() is False"
-        if devs is not None and "cuda" not in devs and "cpu" not in devs:
-            return _ERR_DEVICE, (
-                "dynamiq: CUDA tensors need an NCCL process group, or a Gloo one (staged through "
-                "host memory); this group has neither")
-    elif t.device.type == "cpu":
-        if devs is not None and "cpu" not in devs:
-            return _ERR_DEVICE, (
-                "dynamiq: CPU tensors need a Gloo process group (or backend='cpu:gloo,cuda:nccl'); "
-                "move the tensor to the GPU for an NCCL group")
+    if t.device.type in ("cpu", "cuda"):
+        # the C++ transport factory's word on the group's backend for this device
+        why = transport_for(group_name, t.device.type)[1] if group_name is not None else ""
+        if why:
+            return _ERR_DEVICE, why
     else:
         return _ERR_DEVICE, f"dynamiq: tensors on device {t.device} are not supported; use a CPU or CUDA tensor"
     if not t.is_contiguous():
@@ -77,8 +72,9 @@ def comm_device(t: Optional[torch.Tensor], group_name: str) -> str:
     """The device the collective's buffers (and header exchange) use for `t` on this group."""
     if t is not None and t.device.type == "cuda":
         return str(t.device)
-    devs = _group_devices.get(group_name, frozenset(("cpu",)))
-    if "cpu" not in devs and "cuda" in devs and torch.cuda.is_available():
+    direct_cuda = transport_for(group_name, "cuda")[0]
+    if transport_for(group_name, "cpu")[0] is None and direct_cuda is not None and not direct_cuda["host_staging"] \
+            and torch.cuda.is_available():
         return f"cuda:{torch.cuda.current_device()}"  # an NCCL-only group: header on the GPU
     return "cpu"
 
@@ -89,8 +85,10 @@ def host_staged(device: str, group_name: str, config: Config) -> bool:
     CUDA backend (NCCL). How several processes share one GPU."""
     if not device.startswith("cuda"):
         return False
-    devs = _group_devices.get(group_name, frozenset(("cpu",)))
-    return bool(config.host_staging) or "cuda" not in devs
+    if config.host_staging:
+        return True  # asked for (a group without Gloo is refused at the call, on every rank)
+    entry = transport_for(group_name, "cuda")[0]  # the C++ transport factory's choice
+    return bool(entry is not None and entry["host_staging"])
 
 
 def comm_device_for(t: torch.Tensor, group_name: str) -> str:
@@ -232,8 +230,10 @@ def check_sharded_config(config: Config, collective: str, who: str) -> None:
                            f"{config.auto_lossy!r}, 'lossless' and 'none' from a cost model of the all-reduce); "
                            f"a {what} needs a mode named: e.g. {config.auto_lossy!r} or 'lossless'")
     if not topology_supports(config.topology, collective):
-        raise DynamiqError(f"{who}: topology {config.topology!r} runs all-reduces only; a {what} runs on "
-                           f"{', '.join(repr(t) for t in TOPOLOGIES if topology_supports(t, collective))}")
+        only_ar = not any(topology_supports(config.topology, c) for c in ("reduce_scatter", "all_gather"))
+        runs = "runs all-reduces only" if only_ar else f"runs no {what}"
+        raise DynamiqError(f"{who}: topology {config.topology!r} {runs}; {'an' if what[0] in 'aeiou' else 'a'} "
+                           f"{what} runs on {', '.join(repr(t) for t in topologies(collective))}")
 
 
 def shard_error(kind: str, output: torch.Tensor, input: torch.Tensor, world: int,

@@ -149,13 +149,14 @@ def parse_modes(text: str) -> List[ModeSpec]:
 
 
 def parse_topologies(text: str) -> List[str]:
-    from .config import TOPOLOGIES
+    from .config import topologies
 
+    known = topologies()  # the C++ topology registry's list
     out = []
     for tok in text.split(","):
         tok = tok.strip()
-        if tok not in TOPOLOGIES:
-            raise UsageError(f"unknown topology {tok!r}: expected one of {', '.join(TOPOLOGIES)}")
+        if tok not in known:
+            raise UsageError(f"unknown topology {tok!r}: expected one of {', '.join(known)}")
         if tok not in out:
             out.append(tok)
     return out
@@ -202,7 +203,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sizes", default=DEFAULT_SIZES, help=f"bytes per rank, comma-separated, K/M/G = 2^10/2^20/2^30 "
                    f"(default {DEFAULT_SIZES})")
     p.add_argument("--modes", default=DEFAULT_MODES, help=f"dynamiq rows, comma-separated (default {DEFAULT_MODES})")
-    p.add_argument("--topologies", default="ring,butterfly", help="comma-separated: ring, butterfly, twostep "
+    p.add_argument("--topologies", default="ring,butterfly", help="comma-separated, of dynamiq.available_topologies() "
                    "(default ring,butterfly)")
     p.add_argument("--dtype", default="float32", choices=sorted(_DTYPE_SIZE), help="bucket dtype (default float32)")
     p.add_argument("--warmup", type=int, default=2, help="untimed iterations per row (default 2)")
@@ -559,7 +560,8 @@ def write_plot(path: str, rows: List[Row], title: str) -> None:
     fig, axes = plt.subplots(1, len(colls), figsize=(8 * len(colls), 5), squeeze=False)
     labels = list(dict.fromkeys(r.label for r in rows if r.topology is not None))
     colors = {lab: plt.get_cmap("tab10")(i % 10) for i, lab in enumerate(labels)}
-    styles = {"ring": "-", "butterfly": "--", "twostep": ":"}
+    topos = list(dict.fromkeys(r.topology for r in rows if r.topology is not None))
+    styles = {t: ("-", "--", ":", "-.")[i % 4] for i, t in enumerate(topos)}
     sizes = sorted({r.size for r in rows})
     for ax, coll in zip(axes[0], colls):
         series: Dict[Tuple[str, str], List[Tuple[int, float]]] = {}
@@ -569,7 +571,7 @@ def write_plot(path: str, rows: List[Row], title: str) -> None:
         for (lab, topo), pts in series.items():
             pts.sort()
             ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", color=colors[lab],
-                    linestyle=styles.get(topo, "-."), label=f"{lab} {topo}")
+                    linestyle=styles[topo], label=f"{lab} {topo}")
         ax.axhline(1.0, color="black", linewidth=1)
         ax.set_xscale("log", base=2)
         ax.set_xticks(sizes, [fmt_size(b) for b in sizes])

@@ -19,8 +19,6 @@ from typing import Any, Optional
 from . import _C
 
 AUTO = "auto"
-# Topologies, by fingerprint id (csrc/hook/collective/config.h Topology).
-TOPOLOGIES = ("ring", "butterfly", "twostep", "hierarchical")
 
 # ---- what the C++ registry knows ------------------------------------------------------------------
 _MODE_INFO = list(_C.mode_info())  # by id: {name, id, exact, params: [{name, type, default, doc, allowed, ...}]}
@@ -62,6 +60,12 @@ def is_exact(mode: str) -> bool:
     return bool(_BY_MODE[mode]["exact"])
 
 
+def builtin_modes() -> tuple:
+    """The modes of csrc/kernels/registry.cc's own list, by id: every registered mode but the
+    test-only codecs a development build adds (tests/cpp/*_codec, CMake DYNAMIQ_TEST_CODECS)."""
+    return tuple(m["name"] for m in _MODE_INFO if m["builtin"])
+
+
 def exact_modes() -> tuple:
     """The exact modes of this build, by id (those an all-gather and hierarchical's intra-node
     phases run in)."""
@@ -74,10 +78,20 @@ def auto_candidates() -> tuple:
     return tuple(m["name"] for m in _MODE_INFO if not m["exact"] and "bits" in mode_params(m["name"]))
 
 
+def topologies(collective: Optional[str] = None, compositions: bool = True) -> list:
+    """The topologies of this build, by id: the C++ topology registry's list
+    (csrc/hook/collective/topology.h). `collective` ("all_reduce", "reduce_scatter",
+    "all_gather"): only those that run it; `compositions=False`: the schedules alone
+    (not "hierarchical", which composes collectives over sub-groups)."""
+    return [t["name"] for t in _C.available_topologies()
+            if (collective is None or collective.replace("_", "-") in t["collectives"])
+            and (compositions or not t["composition"])]
+
+
 def topology_supports(topology: str, collective: str) -> bool:
-    """Whether a topology runs a collective ("all_reduce", "reduce_scatter", "all_gather"):
-    hierarchical is a composition of two collectives that serves all-reduces only."""
-    return topology != "hierarchical" or collective == "all_reduce"
+    """Whether a topology runs a collective ("all_reduce", "reduce_scatter", "all_gather"),
+    as the topology registry says (hierarchical: all-reduces only)."""
+    return topology in topologies(collective)
 
 
 class ConfigError(ValueError):
@@ -102,7 +116,8 @@ _DRIVER_DOC = """Configuration of dynamiq's collectives (all-reduce, reduce-scat
         latency, this machine's codec speed, the bucket's size) predicts
         fastest, the same on every rank (docs/modes.md "auto"; stats
         "auto_choice"). The codec parameters of mode "auto" are auto_lossy's.
-      topology: "ring", "butterfly" (any world size; on one that is not a
+      topology: one of `dynamiq.available_topologies()` (the C++ topology
+        registry): "ring", "butterfly" (any world size; on one that is not a
         power of two the extra ranks send to and receive from the chunk
         owners, slower than ring there: docs/modes.md "Choosing a topology"), or
         "twostep", or "hierarchical": ranks grouped by node (`local_size`
@@ -188,8 +203,9 @@ class _ConfigBase:
         modes = _modes()
         if self.mode not in modes + [AUTO]:
             raise _err("mode", self.mode, ", ".join(modes + [AUTO]))
-        if self.topology not in TOPOLOGIES:
-            raise _err("topology", self.topology, ", ".join(TOPOLOGIES))
+        known = topologies()
+        if self.topology not in known:
+            raise _err("topology", self.topology, ", ".join(known))
         if self.local_size is not None and (not isinstance(self.local_size, int) or isinstance(self.local_size, bool)
                                             or not 1 <= self.local_size <= 1 << 16):
             raise _err("local_size", self.local_size, "None (torchrun's LOCAL_WORLD_SIZE) or an integer in [1, 65536]")
@@ -328,7 +344,7 @@ class _ConfigBase:
     def _to_cpp(self):
         c = _C.CollectiveConfig()
         c.mode = _C.MODE_AUTO if self.mode == AUTO else _C.mode_id(self.mode)
-        c.topology = TOPOLOGIES.index(self.topology)
+        c.topology = self.topology  # (the binding looks the name up in the topology registry)
         if self.topology == "hierarchical":
             c.local_size = self.resolved_local_size()
             c.intra_mode = _C.mode_id(self.intra_mode)
@@ -354,6 +370,8 @@ def params_markdown() -> str:
     rows = ["| field | mode | default | allowed | meaning |", "|---|---|---|---|---|"]
     for name, by_mode in _PARAMS.items():
         for mode, d in by_mode.items():
+            if not _BY_MODE[mode]["builtin"]:
+                continue  # a test-only codec (tests/cpp/*_codec, in development builds only)
             default = "`None`" if d["default"] is None else f"`{d['default']!r}`"
             fp = "" if d["fingerprint"] else " Rank-local (not in the fingerprint)."
             rows.append(f"| `{name}` | {mode} | {default} | {d['allowed']} | {d['doc']}.{fp} |")

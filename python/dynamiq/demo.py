@@ -155,7 +155,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="local worker processes (default 2; 1-16; more than the CPU count just runs slower)")
     p.add_argument("--steps", type=int, default=40, help="training steps (>= 1)")
     p.add_argument("--mode", default="dynamiq", help="a mode of dynamiq.available_modes() (default dynamiq)")
-    p.add_argument("--topology", default="ring", choices=["ring", "butterfly", "twostep"])
+    p.add_argument("--topology", default="ring",
+                   help="a schedule of dynamiq.available_topologies(compositions=False) (default ring)")
     p.add_argument("--bits", type=float, default=None,
                    help="the mode's bits (its default when not given: dynamiq 5.0, bitsplit 4)")
     p.add_argument("--seed", type=int, default=0)
@@ -173,6 +174,9 @@ def parse_args(argv=None) -> argparse.Namespace:
 
     if args.mode not in dynamiq.available_modes():
         p.error(f"mode {args.mode!r} is not available in this build (available: {dynamiq.available_modes()})")
+    schedules = dynamiq.available_topologies(compositions=False)
+    if args.topology not in schedules:
+        p.error(f"topology {args.topology!r} is not a schedule of this build (available: {schedules})")
     from dynamiq.config import mode_params
 
     if args.bits is not None and "bits" not in mode_params(args.mode):

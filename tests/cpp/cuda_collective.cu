@@ -114,7 +114,7 @@ TEST(CudaCollective, DynamiqSameResultsAndBytesAsTheCpuCodecOnEveryRank) {
   const int64_t units = ceil_div<int64_t>(numel, f.S);
   // rank codecs kept across configurations: each must notice the new plan
   std::map<int, std::vector<std::unique_ptr<cuda::DynamiqCudaCodec>>> gpu;
-  for (Topology topo : {Topology::kRing, Topology::kButterfly, Topology::kTwoStep})
+  for (Topology topo : schedule_topologies())
     for (int n : {2, 3, 5, 9})
       for (DType dt : {DType::kF32, DType::kBF16}) {
         SCOPED_TRACE(std::string(topology_name(topo)) + " n=" + std::to_string(n) + " " + dtype_name(dt));
@@ -152,7 +152,7 @@ TEST(CudaCollective, BitsplitSameResultsAndBytesAsTheCpuCodecOnEveryRank) {
   for (const BitsplitParams& prm : {BitsplitParams{2, 32, true, false}, BitsplitParams{5, 128, false, true}}) {
     gpu.clear();
     const BitsplitCodec cpu(prm);
-    for (Topology topo : {Topology::kTwoStep, Topology::kRing, Topology::kButterfly})
+    for (Topology topo : schedule_topologies())
       for (int n : {2, 3, 5})
         for (DType dt : {DType::kF32, DType::kBF16}) {
           SCOPED_TRACE("bits " + std::to_string(prm.bits) + " " + topology_name(topo) + " n=" + std::to_string(n) +
@@ -177,7 +177,7 @@ TEST(CudaCollective, IdentitySameResultsAndBytesAsTheCpuCodecOnEveryRank) {
   const int64_t numel = 4099;
   const IdentityCodec cpu;
   const cuda::IdentityCudaCodec gpu;
-  for (Topology topo : {Topology::kRing, Topology::kButterfly, Topology::kTwoStep})
+  for (Topology topo : schedule_topologies())
     for (int n : {2, 3, 5})
       for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
         SCOPED_TRACE(std::string(topology_name(topo)) + " n=" + std::to_string(n) + " " + dtype_name(dt));
@@ -220,7 +220,7 @@ TEST(CudaCollective, LosslessSameResultsAndBytesAsTheCpuCodecOnEveryRank) {
     opt.formats = formats;
     const LosslessCodec cpu(opt);
     const cuda::LosslessCudaCodec gpu(opt);
-    for (Topology topo : {Topology::kRing, Topology::kButterfly, Topology::kTwoStep})
+    for (Topology topo : schedule_topologies())
       for (int n : {2, 3})
         for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
           SCOPED_TRACE("formats " + std::to_string(formats) + " " + topology_name(topo) + " n=" + std::to_string(n) +
@@ -263,12 +263,18 @@ std::vector<CallStats> host_all_reduce(const CollectiveConfig& cfg, std::vector<
 TEST(CudaCollective, TheDriverOnTheDeviceEqualsTheHostInEveryMode) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
   const int64_t numel = 256 * 40 + 5;
-  for (Mode mode : {mode_id("none"), mode_id("dynamiq"), mode_id("bitsplit"), mode_id("lossless")})
-    for (Topology topo : {Topology::kRing, Topology::kButterfly, Topology::kTwoStep})
+  // every registered mode with a CUDA codec (a test-only one registered from its folder too)
+  for (const ModeInfo& m : registered_modes())
+    for (Topology topo : schedule_topologies())
       for (int n : {2, 3})
         for (DType dt : {DType::kF32, DType::kBF16})
           for (bool inf : {false, true}) {
-            if (inf && (mode == mode_id("none") || mode == mode_id("lossless"))) continue;
+            const Mode mode = m.id;
+            if (!has_device_codec(mode, cuda::device().name())) continue;
+            CollectiveConfig probe;
+            probe.mode = mode;
+            const auto scheme = make_scheme(probe);
+            if (inf && scheme->exact()) continue;  // (an exact mode's path is the same with an inf)
             SCOPED_TRACE(std::string(mode_name(mode)) + " " + topology_name(topo) + " n=" + std::to_string(n) + " " +
                          dtype_name(dt) + (inf ? " with an inf" : ""));
             CollectiveConfig cfg;
@@ -314,7 +320,7 @@ TEST(CudaCollective, TheDriverOnTheDeviceEqualsTheHostInEveryMode) {
               EXPECT_TRUE(v.empty()) << v[0];
               EXPECT_EQ(world.nccl_stream_deadlock(), "");
             }
-            EXPECT_EQ(hs[0].path, inf ? Path::kExactNonfinite : mode == mode_id("none") ? Path::kExactMode : Path::kCompressed);
+            EXPECT_EQ(hs[0].path, inf ? Path::kExactNonfinite : scheme->identity() ? Path::kExactMode : Path::kCompressed);
             for (int r = 0; r < n; ++r) {
               EXPECT_EQ(dev_out[size_t(r)], host[size_t(r)]) << "rank " << r;
               EXPECT_EQ(ds[size_t(r)].path, hs[size_t(r)].path) << "rank " << r;
@@ -459,7 +465,7 @@ TEST(CudaCollective, ReduceScatterAndAllGatherOnTheDeviceEqualTheHost) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
   for (Collective kind : {Collective::kReduceScatter, Collective::kAllGather})
     for (Mode mode : {mode_id("none"), mode_id("dynamiq"), mode_id("bitsplit"), mode_id("lossless")})
-      for (Topology topo : {Topology::kRing, Topology::kButterfly, Topology::kTwoStep})
+      for (Topology topo : schedule_topologies(kind))
         for (int n : {2, 5})
           for (DType dt : {DType::kF32, DType::kBF16}) {
             if (kind == Collective::kAllGather && mode != mode_id("none") && mode != mode_id("lossless")) continue;
@@ -556,10 +562,10 @@ TEST(CudaCollective, TheDriverKeepsAllDeviceWorkOnTheCurrentStream) {
   };
   std::vector<Case> cases;
   for (Mode mode : {mode_id("none"), mode_id("dynamiq"), mode_id("bitsplit"), mode_id("lossless")})
-    for (Topology topo : {Topology::kRing, Topology::kButterfly}) cases.push_back({mode, topo, false, true});
-  cases.push_back({mode_id("dynamiq"), Topology::kRing, true, true});
-  cases.push_back({mode_id("bitsplit"), Topology::kRing, true, true});
-  cases.push_back({mode_id("dynamiq"), Topology::kTwoStep, false, false});
+    for (Topology topo : {kTopologyRing, topology_id("butterfly")}) cases.push_back({mode, topo, false, true});
+  cases.push_back({mode_id("dynamiq"), kTopologyRing, true, true});
+  cases.push_back({mode_id("bitsplit"), kTopologyRing, true, true});
+  cases.push_back({mode_id("dynamiq"), topology_id("twostep"), false, false});
   for (const Case& c : cases) {
     SCOPED_TRACE(std::string(mode_name(c.mode)) + " " + topology_name(c.topo) + (c.inf ? " with an inf" : "") +
                  (c.correlated ? "" : " independent"));

@@ -142,12 +142,12 @@ TEST(CudaStaging, EveryModeOverAHostTransportEqualsTheHostRun) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
   const int64_t numel = 256 * 40 + 5;
   for (Mode mode : {kModeNone, mode_id("dynamiq"), mode_id("bitsplit"), mode_id("lossless")})
-    for (Topology topo : {Topology::kRing, Topology::kButterfly, Topology::kTwoStep})
+    for (Topology topo : schedule_topologies())
       for (int n : {2, 3})
         for (DType dt : {DType::kF32, DType::kBF16})
           for (bool inf : {false, true}) {
             // (n = 2 and bf16 on the ring only; an inf on lossy modes, whose exact fallback it takes)
-            if ((n == 2 || dt == DType::kBF16) && topo != Topology::kRing) continue;
+            if ((n == 2 || dt == DType::kBF16) && topo != kTopologyRing) continue;
             if (inf && (dt == DType::kBF16 || mode == kModeNone || mode == mode_id("lossless"))) continue;
             SCOPED_TRACE(std::string(mode_name(mode)) + " " + topology_name(topo) + " n=" + std::to_string(n) + " " +
                          dtype_name(dt) + (inf ? " with an inf" : ""));

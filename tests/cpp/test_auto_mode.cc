@@ -208,7 +208,7 @@ TEST(AutoMode, ReprobeIsAgreedOverASequence) {
 
 TEST(AutoMode, HierarchicalDecidesPerInterNodeRing) {
   CollectiveConfig c = auto_cfg(1e3, 0.0);
-  c.topology = Topology::kHierarchical;
+  c.topology = kTopologyHierarchical;
   c.local_size = 2;
   const Runs r = run(c, 4, {1 << 18, 1 << 18});
   expect_agreement(r);

@@ -140,10 +140,10 @@ TEST_P(BitsplitAllReduce, BitIdenticalAndBytesEqualTheAccounting) {
       // Closed forms: twostep sends every other chunk once and its own chunk to
       // n-1 peers; ring sends every chunk but its own (reduce-scatter) and every
       // chunk but its successor's (all-gather).
-      if (topo == Topology::kTwoStep) {
+      if (topo == topology_id("twostep")) {
         EXPECT_EQ(cs.bytes_sent, chunks_total + (n - 2) * chunk_bytes(r)) << what;
       }
-      if (topo == Topology::kRing) {
+      if (topo == kTopologyRing) {
         EXPECT_EQ(cs.bytes_sent, 2 * chunks_total - chunk_bytes(r) - chunk_bytes((r + 1) % n)) << what;
       }
       EXPECT_DOUBLE_EQ(cs.bits_per_coord, 8.0 * double(chunks_total) / double(numel));
@@ -167,7 +167,7 @@ TEST_P(BitsplitAllReduce, BitIdenticalAndBytesEqualTheAccounting) {
 
 INSTANTIATE_TEST_SUITE_P(
     Worlds, BitsplitAllReduce,
-    ::testing::Combine(::testing::Values(Topology::kTwoStep, Topology::kRing, Topology::kButterfly),
+    ::testing::Combine(::testing::ValuesIn(schedule_topologies()),
                        ::testing::Values(2, 3, 4, 5)),
     [](const auto& info) {
       return std::string(topology_name(std::get<0>(info.param))) + "_n" +
@@ -179,8 +179,8 @@ TEST(BitsplitAllReduceMean, DividesOnceAndStaysIdentical) {
   const int64_t numel = 9000;
   auto in = gaussian_inputs(n, numel, DType::kF32, 5);
   Setting s{4, -1, false, true, DType::kF32};
-  const RunResult sum = run_world(n, bitsplit_cfg(Topology::kRing, s, 4096), in, ReduceOp::kSum, 7);
-  const RunResult mean = run_world(n, bitsplit_cfg(Topology::kRing, s, 4096), in, ReduceOp::kMean, 7);
+  const RunResult sum = run_world(n, bitsplit_cfg(kTopologyRing, s, 4096), in, ReduceOp::kSum, 7);
+  const RunResult mean = run_world(n, bitsplit_cfg(kTopologyRing, s, 4096), in, ReduceOp::kMean, 7);
   for (int64_t i = 0; i < numel; ++i) {
     ASSERT_EQ(mean.out[1].at(i), mean.out[0].at(i));
     ASSERT_EQ(mean.out[0].at(i), sum.out[0].at(i) / 3.0f) << i;  // same bytes, divided at the end
@@ -212,8 +212,8 @@ TEST(BitsplitErrorGrowth, TwostepStaysFlatRingGrowsWithWorldSize) {
   double two[3], ring[3];
   const int ns[3] = {2, 4, 8};
   for (int i = 0; i < 3; ++i) {
-    two[i] = measure(Topology::kTwoStep, ns[i]);
-    ring[i] = measure(Topology::kRing, ns[i]);
+    two[i] = measure(topology_id("twostep"), ns[i]);
+    ring[i] = measure(kTopologyRing, ns[i]);
     std::printf("n=%d twostep %.3e ring %.3e\n", ns[i], two[i], ring[i]);
   }
   EXPECT_LT(two[2] / two[0], 1.45);
@@ -228,7 +228,7 @@ TEST(BitsplitScheme, NonFiniteInputTakesTheExactPath) {
   in[1].f32[1234] = std::nanf("");
   in[2].f32[77] = INFINITY;
   Setting s{2, -1, false, true, DType::kF32};
-  const RunResult r = run_world(n, bitsplit_cfg(Topology::kTwoStep, s, 4096), in);
+  const RunResult r = run_world(n, bitsplit_cfg(topology_id("twostep"), s, 4096), in);
   for (int rank = 0; rank < n; ++rank) {
     EXPECT_EQ(r.stats[size_t(rank)].path, Path::kExactNonfinite);
     EXPECT_TRUE(std::isnan(r.out[size_t(rank)].f32[1234]));

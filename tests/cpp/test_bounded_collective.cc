@@ -54,8 +54,8 @@ std::map<int, int> compressions_per_block(Topology t, int world, Collective kind
 }
 
 TEST(BoundedCollective, CompressionsPerCoordinateMatchTheDocumentedCount) {
-  for (Topology t : {Topology::kRing, Topology::kButterfly, Topology::kTwoStep})
-    for (Collective kind : {Collective::kAllReduce, Collective::kReduceScatter, Collective::kAllGather})
+  for (Collective kind : {Collective::kAllReduce, Collective::kReduceScatter, Collective::kAllGather})
+    for (Topology t : schedule_topologies(kind))
       for (int n = 2; n <= 9; ++n) {
         const auto c = compressions_per_block(t, n, kind);
         ASSERT_FALSE(c.empty());
@@ -208,14 +208,13 @@ TEST_P(BoundedTopo, RelativeBoundResolvesAlike) {
 }
 
 INSTANTIATE_TEST_SUITE_P(All, BoundedTopo,
-                         ::testing::Combine(::testing::Values(Topology::kRing, Topology::kButterfly,
-                                                              Topology::kTwoStep),
+                         ::testing::Combine(::testing::ValuesIn(schedule_topologies()),
                                             ::testing::Values(2, 3, 4, 5, 8)));
 
 // A bf16 bucket: values are read as float, partial sums stay float32 on the
 // wire, and only the result is rounded to bf16 (at most 2^-8 of its size).
 TEST(BoundedCollective, Bf16BucketWithinBoundPlusFinalRounding) {
-  for (Topology t : {Topology::kRing, Topology::kButterfly, Topology::kTwoStep})
+  for (Topology t : schedule_topologies())
     for (int n : {2, 3, 4}) {
       const int64_t numel = 12000;
       const auto xf = grid_data(n, numel, uint32_t(40 + n));
@@ -251,7 +250,7 @@ TEST(BoundedCollective, NonFiniteInputTakesTheExactPath) {
   auto x = grid_data(n, 10000, 99);
   x[1][77] = std::numeric_limits<float>::infinity();
   x[2][500] = std::nanf("");
-  const World w = run(n, bounded_cfg(Topology::kRing, 0.01), x);
+  const World w = run(n, bounded_cfg(kTopologyRing, 0.01), x);
   for (const auto& s : w.stats) EXPECT_EQ(s.path, Path::kExactNonfinite);
   EXPECT_TRUE(std::isinf(w.out[0][77]));
   EXPECT_TRUE(std::isnan(w.out[0][500]));
@@ -261,7 +260,7 @@ TEST(BoundedCollective, NonFiniteInputTakesTheExactPath) {
 
 // Reduce-scatter: rank c's shard is within bounded_compressions x e = (n - 1) e of the exact sum.
 TEST(BoundedCollective, ReduceScatterWithinBound) {
-  for (Topology t : {Topology::kRing, Topology::kButterfly, Topology::kTwoStep})
+  for (Topology t : schedule_topologies(Collective::kReduceScatter))
     for (int n : {2, 3, 4}) {
       const CollectiveConfig cfg = bounded_cfg(t, 0x1p-5);
       const int64_t shard = padded_shard(cfg, Collective::kReduceScatter, n, 8192);

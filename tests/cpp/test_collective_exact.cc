@@ -108,14 +108,14 @@ TEST_P(ExactSum, RandomInputsBitIdenticalAcrossRanks) {
 
 INSTANTIATE_TEST_SUITE_P(
     AllTopologies, ExactSum,
-    ::testing::Combine(::testing::Values(Topology::kRing, Topology::kButterfly, Topology::kTwoStep),
+    ::testing::Combine(::testing::ValuesIn(schedule_topologies()),
                        ::testing::Range(1, 10)),
     [](const auto& info) {
       return topo_str(std::get<0>(info.param)) + "_n" + std::to_string(std::get<1>(info.param));
     });
 
 TEST(ExactSum, LargeBucketRingAndButterfly) {
-  for (Topology t : {Topology::kRing, Topology::kButterfly}) {
+  for (Topology t : {kTopologyRing, topology_id("butterfly")}) {
     const int n = 5;
     const int64_t numel = (1 << 20) + 17;
     auto x = integer_inputs(n, numel, 7);
@@ -141,7 +141,7 @@ TEST(ExactSum, DefaultBlockBytesPerPath) {
     world.run([&](int r, Transport& t) {
       CollectiveConfig c;
       c.mode = mode;
-      c.topology = Topology::kRing;
+      c.topology = kTopologyRing;
       c.block_bytes = block_bytes;
       CallArgs a;
       a.data = x[size_t(r)].data();
@@ -167,7 +167,7 @@ TEST(ExactSum, Bf16AndF16SmallIntegerSumsAreExact) {
   // hop rounds non-integers is checked per element against the portable
   // conversions in IdentityCodec16.*, test_identity_codec.cc.)
   for (DType dt : {DType::kBF16, DType::kF16}) {
-    for (Topology t : {Topology::kRing, Topology::kButterfly, Topology::kTwoStep}) {
+    for (Topology t : schedule_topologies()) {
       const int n = 4;
       const int64_t numel = 3001;
       std::mt19937 g(3);
@@ -467,9 +467,9 @@ TEST(Schedule, TagSpaceVerdictIsTheSameOnEveryRank) {
   const int n = 512;
   const BlockTable fits = table(n, 2052), too_many = table(n, 2053);
   for (int r : {0, 1, 255, 509, 510, 511}) {
-    EXPECT_NO_THROW(make_program(Topology::kRing, r, n, fits)) << "rank " << r;
+    EXPECT_NO_THROW(make_program(kTopologyRing, r, n, fits)) << "rank " << r;
     try {
-      make_program(Topology::kRing, r, n, too_many);
+      make_program(kTopologyRing, r, n, too_many);
       ADD_FAILURE() << "rank " << r << " built a program whose tags do not fit";
     } catch (const Error& e) {
       EXPECT_NE(std::string(e.what()).find("schedule tag space exhausted"), std::string::npos) << e.what();
@@ -543,7 +543,7 @@ TEST(Failure, LateMessagesAfterARanksFailureLandInLiveMemory) {
     FaultyTransport t(inner, r == 0, r == 2 ? std::function<void()>(hold) : nullptr);
     CollectiveConfig cfg;
     cfg.mode = mode_id("dynamiq");
-    cfg.topology = Topology::kRing;
+    cfg.topology = kTopologyRing;
     std::vector<float> x(65536, 1.f + float(r));  // statistics of 3+ units: every chunk non-empty
     CallArgs a;
     a.data = x.data();
@@ -567,7 +567,7 @@ TEST(Failure, LateMessagesAfterARanksFailureLandInLiveMemory) {
 TEST(Schedule, EveryMessageHasAMatchingReceiveOfTheSameBlock) {
   // For every topology and world size: the multiset of (src, dst, tag, block)
   // over all sends equals that over all receives.
-  for (Topology t : {Topology::kRing, Topology::kButterfly, Topology::kTwoStep}) {
+  for (Topology t : schedule_topologies()) {
     for (int n = 1; n <= 17; ++n) {
       Plan plan = make_identity_plan(DType::kF32, 50000, topology_chunks(t, n));
       BlockTable bt = make_blocks(plan, 4096);
@@ -628,7 +628,7 @@ TEST(InprocTransport, ShorterMessagesCompleteALargerReceiveOnlyWhenAccepted) {
 // passed, and same-sized calls do not make it grow.
 TEST(BufferPool, KeepsRecentWorkingSetNotTheLargestEver) {
   const int n = 2;
-  CollectiveConfig cfg = exact_cfg(Topology::kRing, 1 << 20);
+  CollectiveConfig cfg = exact_cfg(kTopologyRing, 1 << 20);
   const int64_t big = 8 << 20, small = 64 << 10;  // 32 MB and 256 KB of float32
   std::vector<std::vector<size_t>> seen(n);
   InprocWorld world(n, std::chrono::seconds(60));

@@ -107,7 +107,7 @@ Result run_collective(Topology topo, int n, DType dt, bool mean, WidthFn widths_
 }
 
 TEST(DynamiqCollective, EveryRankBitIdenticalRingAndButterfly) {
-  for (Topology topo : {Topology::kRing, Topology::kButterfly})
+  for (Topology topo : {kTopologyRing, topology_id("butterfly")})
     for (int n = 2; n <= 5; ++n)
       for (DType dt : {DType::kF32, DType::kBF16}) {
         // Error bound for SGs of width 8 and 16: at most n - 1 recompressions
@@ -135,7 +135,7 @@ TEST(DynamiqCollective, EveryRankBitIdenticalRingAndButterfly) {
 // groups is 0.0135, dynamiq_codec.md).
 TEST(DynamiqCollective, FullPathEveryWorldSizeOneToSeventeen) {
   const int64_t numel = 256 * 48 + 77;  // not a multiple of the super-group
-  for (Topology topo : {Topology::kRing, Topology::kButterfly, Topology::kTwoStep}) {
+  for (Topology topo : schedule_topologies()) {
     for (int n = 1; n <= 17; ++n) {
       std::vector<std::vector<float>> x(static_cast<size_t>(n));
       std::vector<double> ref(static_cast<size_t>(numel), 0.0);
@@ -255,7 +255,7 @@ std::vector<float> dynamiq_all_reduce(std::vector<std::vector<float>> x, uint64_
   const int n = int(x.size());
   CollectiveConfig cfg;
   cfg.mode = mode_id("dynamiq");
-  cfg.topology = Topology::kRing;
+  cfg.topology = kTopologyRing;
   cfg.params.set("bits", double(5.0));
   cfg.params.set("rounding", (correlated) ? "correlated" : "independent");
   cfg.min_compress_numel = 0;

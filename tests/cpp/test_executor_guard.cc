@@ -75,7 +75,7 @@ TEST(ExecutorGuard, AnnouncedDynamicPartBeyondItsBoundIsMalformed) {
   world.run([&](int r, Transport& t) {
     const UncheckedTwoPartCodec codec(/*liar=*/r == 0);
     std::vector<float> x(static_cast<size_t>(numel), float(r + 1));
-    const Program prog = make_program(Topology::kRing, r, n, bt);
+    const Program prog = make_program(kTopologyRing, r, n, bt);
     ExecArgs ea;
     ea.bucket = x.data();
     ea.out.bucket = x.data();

@@ -50,7 +50,7 @@ enum class Wire { kExact, kGloo, kNccl };  // receive sizes exact; shorter accep
 struct Scenario {
   Mode mode = kModeNone;
   int world = 3;
-  Topology topo = Topology::kRing;
+  Topology topo = kTopologyRing;
   Wire wire = Wire::kExact;
   int64_t numel = 3000;
   std::chrono::milliseconds timeout{2000};
@@ -210,7 +210,7 @@ std::vector<Scenario> scenarios() {
       Scenario s;
       s.mode = m;
       s.wire = w;
-      s.topo = w == Wire::kNccl ? Topology::kTwoStep : Topology::kRing;
+      s.topo = w == Wire::kNccl ? topology_id("twostep") : kTopologyRing;
       v.push_back(s);
     }
   return v;

@@ -43,7 +43,7 @@ std::vector<float> ints(int64_t numel, uint32_t seed) {
 CollectiveConfig hier(Mode mode, int local_size, Mode intra = kModeNone) {
   CollectiveConfig c;
   c.mode = mode;
-  c.topology = Topology::kHierarchical;
+  c.topology = kTopologyHierarchical;
   c.local_size = local_size;
   c.intra_mode = intra;
   c.seed = 5;
@@ -166,7 +166,7 @@ TEST(Hierarchical, DynamiqErrorBelowFlatOnTwoNodes) {
     const auto in = inputs(4, 1 << 16, false, 1000u + uint32_t(s));
     CollectiveConfig h = hier(dq, 2), f = h;
     h.seed = f.seed = uint64_t(s);
-    f.topology = Topology::kRing;
+    f.topology = kTopologyRing;
     f.local_size = 0;
     std::vector<CallStats> hs;
     const auto oh = run({h}, in, {}, &hs);

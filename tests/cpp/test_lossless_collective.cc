@@ -173,7 +173,7 @@ TEST_P(LosslessCollective, OnePartMessagesGiveTheSameResultsWithFewerMessages) {
 
 INSTANTIATE_TEST_SUITE_P(
     WorldsAndTopologies, LosslessCollective,
-    ::testing::Combine(::testing::Values(Topology::kRing, Topology::kButterfly, Topology::kTwoStep),
+    ::testing::Combine(::testing::ValuesIn(schedule_topologies()),
                        ::testing::Range(2, 6)),
     [](const auto& info) {
       return std::string(topology_name(std::get<0>(info.param))) + "_n" +
@@ -184,7 +184,7 @@ TEST(LosslessCollectiveBytes, GaussianBf16SendsAboutTwoThirdsOfNone) {
   // bf16 Gaussian: 8 sign/mantissa bits + ~2.6 bits of Huffman-coded exponent
   // + headers, i.e. <= 0.70 of none's bytes on every rank (ZipCCL's 3-bit
   // codes alone would give 0.6875 + escapes).
-  for (Topology topo : {Topology::kRing, Topology::kButterfly}) {
+  for (Topology topo : {kTopologyRing, topology_id("butterfly")}) {
     const int world = 4;
     auto a = inputs(DType::kBF16, Data::kGaussian, world, 1 << 18, 99);
     auto b = a;
@@ -204,7 +204,7 @@ TEST(LosslessCollectiveBytes, IncompressibleDataCostsExactlyTheHeaderPerMessage)
   // header. A fixed-size static part cannot do better (lossless_format.h).
   // Each rank sends at most 2 messages per block of the table (ring,
   // butterfly and two-step all do), so the excess is 16 * k with k <= 2 * blocks.
-  for (Topology topo : {Topology::kRing, Topology::kButterfly, Topology::kTwoStep}) {
+  for (Topology topo : schedule_topologies()) {
     const int world = 3;
     std::mt19937 g(42);
     std::vector<Buf> a;

@@ -136,7 +136,7 @@ TEST(NcclOrder, RingWithThreeOrMoreRanksFollowsIt) {
       if (mode == mode_id("dynamiq") && n > 3) continue;
       CollectiveConfig cfg;
       cfg.mode = mode;
-      cfg.topology = Topology::kRing;
+      cfg.topology = kTopologyRing;
       cfg.block_bytes = 4096;  // several blocks per chunk, receives posted ahead
       std::vector<std::vector<float>> x(static_cast<size_t>(n));
       for (int r = 0; r < n; ++r) x[size_t(r)] = dqtest::gaussian(size_t(numel), uint64_t(r + 1));
@@ -162,7 +162,7 @@ TEST(NcclOrder, RingWithThreeOrMoreRanksFollowsIt) {
 TEST(NcclOrder, OrderedPostingRunsUnderBothModelsWithTheSameResults) {
   const int64_t numel = 256 * 64 + 11;
   for (Mode mode : {mode_id("none"), mode_id("dynamiq"), mode_id("bitsplit"), mode_id("lossless")})
-    for (Topology topo : {Topology::kRing, Topology::kButterfly, Topology::kTwoStep})
+    for (Topology topo : schedule_topologies())
       for (int n : {2, 3, 4, 5, 6}) {
         SCOPED_TRACE(std::string(mode_name(mode)) + " " + topology_name(topo) + " n=" + std::to_string(n));
         CollectiveConfig cfg;

@@ -1,4 +1,4 @@
-// Philox4x32-10: the Random123 known-answer vectors (DESIGN.md) and determinism.
+// Philox4x32-10: the Random123 known-answer vectors (Salmon et al., SC11; Random123 kat_vectors) and determinism.
 #include <gtest/gtest.h>
 
 #include <set>

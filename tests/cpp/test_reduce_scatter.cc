@@ -140,10 +140,8 @@ std::vector<std::vector<float>> all_gather(int n, const CollectiveConfig& cfg, c
   return res;
 }
 
-const Topology kTopos[] = {Topology::kRing, Topology::kButterfly, Topology::kTwoStep};
-
 TEST(ReduceScatter, ExactModesSumExactlyAndLosslessEqualsNone) {
-  for (Topology t : kTopos)
+  for (Topology t : schedule_topologies(Collective::kReduceScatter))
     for (int n = 1; n <= 6; ++n)
       for (int64_t shard : {int64_t(1280), int64_t(333), int64_t(4099), int64_t(1)})
         for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMean}) {
@@ -168,7 +166,7 @@ TEST(ReduceScatter, ExactModesSumExactlyAndLosslessEqualsNone) {
 
 TEST(ReduceScatter, LossyModesUnderRendezvousAndNcclOrderGiveTheSameBits) {
   for (Mode m : {mode_id("dynamiq"), mode_id("bitsplit"), mode_id("lossless")})
-    for (Topology t : kTopos)
+    for (Topology t : schedule_topologies(Collective::kReduceScatter))
       for (int n = 2; n <= 6; ++n) {
         SCOPED_TRACE(std::string(mode_name(m)) + " " + topology_name(t) + " n=" + std::to_string(n));
         const int64_t shard = 2048 + 37;  // padded for dynamiq and bitsplit
@@ -198,7 +196,7 @@ TEST(ReduceScatter, LossyModesUnderRendezvousAndNcclOrderGiveTheSameBits) {
         EXPECT_LT(err / ref2, m == mode_id("lossless") ? 1e-12 : 0.05);
         EXPECT_EQ(st[0].path, Path::kCompressed);
         // each chunk crosses n-1 hops: all ranks together send (n-1) x the plan's wire bytes
-        if (m != mode_id("lossless") && (t != Topology::kButterfly || (n & (n - 1)) == 0)) {
+        if (m != mode_id("lossless") && (t != topology_id("butterfly") || (n & (n - 1)) == 0)) {
           int64_t total = 0;
           for (const CallStats& s : st) total += s.bytes_sent;
           const int64_t numel = n * padded_shard(cfg, Collective::kReduceScatter, n, shard);
@@ -208,7 +206,7 @@ TEST(ReduceScatter, LossyModesUnderRendezvousAndNcclOrderGiveTheSameBits) {
 }
 
 TEST(AllGather, ExactInNoneAndLosslessUnderEveryPosting) {
-  for (Topology t : kTopos)
+  for (Topology t : schedule_topologies(Collective::kAllGather))
     for (int n = 1; n <= 6; ++n)
       for (int64_t shard : {int64_t(3000), int64_t(4099), int64_t(7)}) {
         SCOPED_TRACE(std::string(topology_name(t)) + " n=" + std::to_string(n) + " shard=" + std::to_string(shard));
@@ -267,7 +265,7 @@ TEST(ReduceScatter, ErrorsReachEveryRank) {
          a.data = buf.data();
          a.output = out.data();
          a.numel = 3001;
-         collective(tr, cfg_of(mode_id("dynamiq"), Topology::kRing), a);
+         collective(tr, cfg_of(mode_id("dynamiq"), kTopologyRing), a);
        }))
     EXPECT_NE(e.find("equal shards"), std::string::npos) << e;
   // a lossy all-gather
@@ -276,7 +274,7 @@ TEST(ReduceScatter, ErrorsReachEveryRank) {
          a.kind = Collective::kAllGather;
          a.data = buf.data();
          a.numel = 3000;
-         collective(tr, cfg_of(mode_id("dynamiq"), Topology::kRing), a);
+         collective(tr, cfg_of(mode_id("dynamiq"), kTopologyRing), a);
        }))
     EXPECT_NE(e.find("all-gather"), std::string::npos) << e;
   // one rank reduce-scatters, the others all-reduce
@@ -287,7 +285,7 @@ TEST(ReduceScatter, ErrorsReachEveryRank) {
     a.data = x.data();
     a.output = y.data();
     a.numel = 3072;
-    collective(tr, cfg_of(mode_id("none"), Topology::kRing), a);
+    collective(tr, cfg_of(mode_id("none"), kTopologyRing), a);
   });
   for (const auto& e : errs) EXPECT_NE(e.find("collective (all-reduce, reduce-scatter"), std::string::npos) << e;
   // a reported shape error aborts every rank with the collective's name
@@ -299,7 +297,7 @@ TEST(ReduceScatter, ErrorsReachEveryRank) {
     a.output = y.data();
     a.numel = 3072;
     if (r == 2) a.local_error = InputError::kShape;
-    collective(tr, cfg_of(mode_id("none"), Topology::kRing), a);
+    collective(tr, cfg_of(mode_id("none"), kTopologyRing), a);
   });
   for (const auto& e : shape) EXPECT_NE(e.find("dynamiq reduce-scatter aborted on every rank"), std::string::npos) << e;
 }
@@ -311,7 +309,7 @@ TEST(ReduceScatter, PaddedShardIsCutByEveryPath) {
     for (int n : {1, 2, 3, 5})
       for (int64_t shard : {int64_t(0), int64_t(1), int64_t(255), int64_t(256), int64_t(4096), int64_t(4099),
                             int64_t(100003), int64_t(1) << 20}) {
-        CollectiveConfig cfg = cfg_of(m, Topology::kRing);
+        CollectiveConfig cfg = cfg_of(m, kTopologyRing);
         const int64_t p = padded_shard(cfg, Collective::kReduceScatter, n, shard);
         ASSERT_GE(p, shard);
         EXPECT_GT(identity_shard_unit(p), 0) << mode_name(m) << " " << shard;

@@ -41,6 +41,7 @@
 #include <vector>
 
 #include "hook/collective/collective.h"
+#include "hook/collective/topology.h"
 #include "hook/transport/inproc_transport.h"
 #include "kernels/bitsplit/bitsplit_codec.h"
 #include "kernels/bounded/bounded_codec.h"
@@ -151,27 +152,29 @@ std::vector<CollectiveConfig> lossy_configs() {
 TEST(ReduceScatterError, NoLargerThanTheAllReducesOnTheSameShard) {
   const auto cfgs = lossy_configs();
   ASSERT_GE(cfgs.size(), 3u) << "dynamiq, bitsplit and bounded at least";
-  const Topology topos[] = {Topology::kRing, Topology::kButterfly, Topology::kTwoStep};
+  const std::vector<Topology> topos = schedule_topologies(Collective::kReduceScatter);
+  ASSERT_GE(topos.size(), 3u) << "ring, butterfly and two-step at least";
+  const size_t nt = topos.size();
   const bool verbose = std::getenv("DYNAMIQ_TEST_VERBOSE") != nullptr;
   for (int n = 2; n <= 8; ++n) {
-    std::vector<ShardErrors> e(cfgs.size() * 3);  // per (mode, topology)
+    std::vector<ShardErrors> e(cfgs.size() * nt);  // per (mode, topology)
     for (int k = 0; k < kTrials; ++k) {
       const auto in = gradient_like(n, n * kShard, uint32_t(1000 * n + k));
       for (size_t m = 0; m < cfgs.size(); ++m)
-        for (int t = 0; t < 3; ++t) {
+        for (size_t t = 0; t < nt; ++t) {
           CollectiveConfig cfg = cfgs[m];
           cfg.topology = topos[t];
           SCOPED_TRACE(std::string(mode_name(cfg.mode)) + " " + topology_name(cfg.topology) + " n=" + std::to_string(n));
-          run_both(n, cfg, in, uint64_t(k), e[m * 3 + size_t(t)]);
+          run_both(n, cfg, in, uint64_t(k), e[m * nt + t]);
           if (HasFatalFailure()) return;
         }
     }
     for (size_t m = 0; m < cfgs.size(); ++m)
-      for (int t = 0; t < 3; ++t) {
+      for (size_t t = 0; t < nt; ++t) {
         const std::string what =
             std::string(mode_name(cfgs[m].mode)) + " " + topology_name(topos[t]) + " n=" + std::to_string(n);
         SCOPED_TRACE(what);
-        const ShardErrors& s = e[m * 3 + size_t(t)];
+        const ShardErrors& s = e[m * nt + t];
         if (verbose) std::printf("%-22s RS / AR per shard:", what.c_str());
         for (int r = 0; r < n; ++r) {
           const double ratio = s.rs[size_t(r)] / s.ar[size_t(r)];

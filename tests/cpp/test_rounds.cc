@@ -48,13 +48,13 @@ TEST(Rounds, TheModelCountsARingsStepsAndItsHeader) {
   // per chunk at this size)
   for (int n : {2, 3, 5, 8}) {
     const int64_t numel = 256 * 4 * n;
-    EXPECT_EQ(rounds_of(mode_id("none"), Topology::kRing, n, numel), 1 + 2 * (n - 1)) << "n=" << n;
+    EXPECT_EQ(rounds_of(mode_id("none"), kTopologyRing, n, numel), 1 + 2 * (n - 1)) << "n=" << n;
     // two-step: every peer's block in one group, then the finals in another
-    EXPECT_EQ(rounds_of(mode_id("none"), Topology::kTwoStep, n, numel), 1 + 2) << "n=" << n;
+    EXPECT_EQ(rounds_of(mode_id("none"), topology_id("twostep"), n, numel), 1 + 2) << "n=" << n;
     // butterfly on a power of two: log2 n halving and log2 n doubling steps
     // (each step's chunks in one group)
     if ((n & (n - 1)) == 0) {
-      EXPECT_EQ(rounds_of(mode_id("none"), Topology::kButterfly, n, numel), 1 + 2 * floor_log2(n)) << "n=" << n;
+      EXPECT_EQ(rounds_of(mode_id("none"), topology_id("butterfly"), n, numel), 1 + 2 * floor_log2(n)) << "n=" << n;
     }
   }
 }
@@ -67,14 +67,14 @@ TEST(Rounds, TheModelCountsARingsStepsAndItsHeader) {
 TEST(Rounds, LosslessSecondPartsTakeOneMoreRoundPerGroup) {
   for (int n : {3, 4, 5, 8}) {
     const int64_t numel = 256 * 4 * n;
-    for (Topology topo : {Topology::kTwoStep, Topology::kButterfly}) {
+    for (Topology topo : {topology_id("twostep"), topology_id("butterfly")}) {
       const int64_t none = rounds_of(mode_id("none"), topo, n, numel);
       const int64_t lossless = rounds_of(mode_id("lossless"), topo, n, numel);
       ASSERT_GT(none, 0);
       ASSERT_GT(lossless, 0);
       EXPECT_LE(lossless - 1, 2 * (none - 1)) << topology_name(topo) << " n=" << n;
     }
-    EXPECT_LE(rounds_of(mode_id("lossless"), Topology::kTwoStep, n, numel), 1 + 4) << "n=" << n;
+    EXPECT_LE(rounds_of(mode_id("lossless"), topology_id("twostep"), n, numel), 1 + 4) << "n=" << n;
   }
 }
 
@@ -84,7 +84,7 @@ TEST(Rounds, LosslessSecondPartsTakeOneMoreRoundPerGroup) {
 // butterfly (about 2 log2 n) for butterfly buckets.
 TEST(Rounds, StatisticsAllReduceTakesLogarithmicRounds) {
   std::printf("  n  topology   rounds: none  dynamiq  statistics (dynamiq - none)\n");
-  for (Topology topo : {Topology::kRing, Topology::kTwoStep, Topology::kButterfly})
+  for (Topology topo : schedule_topologies())
     for (int n : {2, 3, 4, 5, 6, 7, 8, 12, 16, 17}) {
       const int64_t numel = 4096 * n;  // compressed (>= min_compress_numel), one block per chunk
       Path path = Path::kExactMode;
@@ -99,8 +99,8 @@ TEST(Rounds, StatisticsAllReduceTakesLogarithmicRounds) {
       // butterfly on p = 2^floor(log2 n) ranks: 2 log2 p steps; the n - p
       // extra ranks add their sends to the owners and the owners' sends back
       const int p = 1 << floor_log2(n);
-      const int64_t bound = topo == Topology::kButterfly ? 2 * floor_log2(n) + 2 * (n - p) + 2
-                            : topo == Topology::kRing && n <= 3 ? 2 * (n - 1)
+      const int64_t bound = topo == topology_id("butterfly") ? 2 * floor_log2(n) + 2 * (n - p) + 2
+                            : topo == kTopologyRing && n <= 3 ? 2 * (n - 1)
                                                                 : 2;
       EXPECT_LE(stats, bound) << topology_name(topo) << " n=" << n;
     }

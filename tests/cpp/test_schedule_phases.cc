@@ -1,7 +1,7 @@
-// The reduce-scatter and all-gather schedules, checked symbolically (no
-// codec, no transport): every rank's program runs against a mailbox, each
-// message carrying the set of ranks whose parts it sums. For every topology
-// and world size 1..17:
+// The schedules of every registered topology (the test-only ones included),
+// checked symbolically (no codec, no transport): every rank's program runs
+// against a mailbox, each message carrying the set of ranks whose parts it
+// sums. For every topology, each collective it runs, and world size 1..17:
 //  - every send has a receive of the same block, tag and peers (and back);
 //  - the programs run to the end without waiting for a message nobody sends;
 //  - reduce-scatter: chunk c has exactly one sink, rank c, and what it sums
@@ -9,7 +9,9 @@
 //    shows as a wrong set); no rank outputs another rank's chunk;
 //  - all-gather: every rank ends with every chunk's final bytes, and those
 //    are the bytes its owner made from its own shard (kLocalFinal), made
-//    once: no rank compresses a shard that is not its own.
+//    once: no rank compresses a shard that is not its own;
+//  - all-reduce: every block has one sink, whose sum holds every rank's part
+//    once, and every rank ends with that sink's final bytes.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -19,7 +21,7 @@
 #include <tuple>
 #include <vector>
 
-#include "hook/collective/schedule.h"
+#include "hook/collective/topology.h"
 #include "kernels/identity/identity_codec.h"
 
 namespace dynamiq {
@@ -32,8 +34,9 @@ struct Outcome {
   std::string error;
   // reduce-scatter: (rank, block) -> set summed by the sink
   std::map<std::pair<int, int>, Mask> sinks;
-  // all-gather: (rank, block) -> owner whose local-final it holds
-  std::map<std::pair<int, int>, int> finals;
+  // all-gather, all-reduce: (rank, block) -> the parts in the final bytes it
+  // holds (all-gather: its owner's shard alone)
+  std::map<std::pair<int, int>, Mask> finals;
   int local_finals_of_foreign_chunks = 0;
 };
 
@@ -42,12 +45,12 @@ Outcome run_symbolic(Topology t, int n, const BlockTable& bt, Collective kind) {
   for (int r = 0; r < n; ++r) progs.push_back(make_program(t, r, n, bt, kind));
   const int B = bt.blocks_per_chunk;
   Outcome out;
-  // Messages: (src, dst, tag) -> value (a mask; for finals, the owner's rank + 1 as a negative tag)
-  std::map<std::tuple<int, int, uint32_t>, std::pair<Mask, int>> box;
+  // Messages: (src, dst, tag) -> (parts summed, whether they are final bytes)
+  std::map<std::tuple<int, int, uint32_t>, std::pair<Mask, bool>> box;
   std::vector<size_t> pc(static_cast<size_t>(n), 0);
   // per rank and block: local value state
   std::vector<std::map<int, Mask>> acc(static_cast<size_t>(n)), pending(static_cast<size_t>(n));
-  std::vector<std::map<int, int>> fin(static_cast<size_t>(n));  // block -> owner of the final bytes
+  std::vector<std::map<int, Mask>> fin(static_cast<size_t>(n));  // block -> the parts in its final bytes
   auto local = [&](int r, int block) {
     auto it = acc[size_t(r)].find(block);
     return it != acc[size_t(r)].end() ? it->second : Mask(1) << r;
@@ -65,7 +68,7 @@ Outcome run_symbolic(Topology t, int n, const BlockTable& bt, Collective kind) {
         const Op& op = p.ops[size_t(pc[size_t(r)])];
         const int chunk = op.block / B;
         if (is_send(op.role)) {
-          std::pair<Mask, int> v{0, -1};
+          std::pair<Mask, bool> v{0, false};
           if (op.role == Role::kSendLeaf) {
             v.first = local(r, op.block);
           } else if (op.role == Role::kSendPending) {
@@ -73,7 +76,7 @@ Outcome run_symbolic(Topology t, int n, const BlockTable& bt, Collective kind) {
             v.first = pending[size_t(r)][op.block];
           } else {
             if (!fin[size_t(r)].count(op.block)) out.error = "send-final without final bytes";
-            v.second = fin[size_t(r)][op.block];
+            v = {fin[size_t(r)][op.block], true};
           }
           const auto key = std::make_tuple(r, op.peer, op.tag);
           if (box.count(key)) out.error = "two messages with one tag";
@@ -84,28 +87,29 @@ Outcome run_symbolic(Topology t, int n, const BlockTable& bt, Collective kind) {
           if (it == box.end()) break;  // not sent yet
           const auto v = it->second;
           box.erase(it);
+          if (v.second != (op.role == Role::kRecvFinal)) out.error = "final bytes summed, or partial sums as final";
           switch (op.role) {
             case Role::kRecvDA: acc[size_t(r)][op.block] = add(local(r, op.block), v.first); break;
             case Role::kRecvDAR: pending[size_t(r)][op.block] = add(local(r, op.block), v.first); break;
             case Role::kRecvSink:
               if (out.sinks.count({r, op.block})) out.error = "two sinks of one block on a rank";
-              out.sinks[{r, op.block}] = add(local(r, op.block), v.first);
-              if (chunk != r) out.error = "rank " + std::to_string(r) + " is the sink of chunk " + std::to_string(chunk);
+              out.sinks[{r, op.block}] = fin[size_t(r)][op.block] = out.finals[{r, op.block}] =
+                  add(local(r, op.block), v.first);
+              if (kind == Collective::kReduceScatter && chunk != r)
+                out.error = "rank " + std::to_string(r) + " is the sink of chunk " + std::to_string(chunk);
               break;
             case Role::kRecvFinal:
-              if (v.second < 0) out.error = "final bytes expected";
-              fin[size_t(r)][op.block] = v.second;
-              out.finals[{r, op.block}] = v.second;
+              if (fin[size_t(r)].count(op.block)) out.error = "final bytes received twice";
+              fin[size_t(r)][op.block] = out.finals[{r, op.block}] = v.first;
               break;
             default: out.error = "bad receive role";
           }
         } else if (op.role == Role::kLocalSink) {
-          out.sinks[{r, op.block}] = local(r, op.block);
-          if (chunk != r) out.error = "local sink of a foreign chunk";
+          out.sinks[{r, op.block}] = fin[size_t(r)][op.block] = out.finals[{r, op.block}] = local(r, op.block);
+          if (kind == Collective::kReduceScatter && chunk != r) out.error = "local sink of a foreign chunk";
         } else if (op.role == Role::kLocalFinal) {
           if (chunk != r) out.local_finals_of_foreign_chunks += 1;
-          fin[size_t(r)][op.block] = r;
-          out.finals[{r, op.block}] = r;
+          fin[size_t(r)][op.block] = out.finals[{r, op.block}] = Mask(1) << r;
         }
         ++pc[size_t(r)];
         progress = true;
@@ -120,7 +124,7 @@ Outcome run_symbolic(Topology t, int n, const BlockTable& bt, Collective kind) {
 }
 
 TEST(SchedulePhases, ReduceScatterSinksAreTheChunkOwnersAndSumEveryRankOnce) {
-  for (Topology t : {Topology::kRing, Topology::kButterfly, Topology::kTwoStep})
+  for (Topology t : schedule_topologies(Collective::kReduceScatter))
     for (int n = 1; n <= 17; ++n)
       for (int64_t numel : {int64_t(n) * 4096, int64_t(n) * 256}) {  // several blocks per chunk; one
         SCOPED_TRACE(std::string(topology_name(t)) + " n=" + std::to_string(n) + " numel=" + std::to_string(numel));
@@ -145,7 +149,7 @@ TEST(SchedulePhases, ReduceScatterSinksAreTheChunkOwnersAndSumEveryRankOnce) {
 }
 
 TEST(SchedulePhases, AllGatherDeliversEveryShardCompressedOnceByItsOwner) {
-  for (Topology t : {Topology::kRing, Topology::kButterfly, Topology::kTwoStep})
+  for (Topology t : schedule_topologies(Collective::kAllGather))
     for (int n = 1; n <= 17; ++n) {
       SCOPED_TRACE(std::string(topology_name(t)) + " n=" + std::to_string(n));
       const Plan plan = make_identity_plan(DType::kF32, int64_t(n) * 4096, n);
@@ -160,7 +164,7 @@ TEST(SchedulePhases, AllGatherDeliversEveryShardCompressedOnceByItsOwner) {
           if (bt.blocks[b].empty()) continue;
           auto it = o.finals.find({r, int(b)});
           ASSERT_NE(it, o.finals.end()) << "rank " << r << " lacks block " << b;
-          EXPECT_EQ(it->second, int(b) / bt.blocks_per_chunk) << "rank " << r << " block " << b;
+          EXPECT_EQ(it->second, Mask(1) << (int(b) / bt.blocks_per_chunk)) << "rank " << r << " block " << b;
         }
     }
 }
@@ -170,7 +174,7 @@ TEST(SchedulePhases, AllGatherDeliversEveryShardCompressedOnceByItsOwner) {
 // rank; a butterfly on a power of two too, and on other worlds the core ranks
 // also serve the extra ranks.
 TEST(SchedulePhases, AllGatherMessageCounts) {
-  for (Topology t : {Topology::kRing, Topology::kTwoStep, Topology::kButterfly})
+  for (Topology t : schedule_topologies(Collective::kAllGather))
     for (int n : {2, 3, 4, 5, 8}) {
       const Plan plan = make_identity_plan(DType::kF32, int64_t(n) * 4096, n);
       const BlockTable bt = make_blocks(plan, 4096);  // 4 blocks per chunk
@@ -183,10 +187,10 @@ TEST(SchedulePhases, AllGatherMessageCounts) {
 }
 
 TEST(SchedulePhases, EveryMessageHasAMatchingReceive) {
-  for (Collective kind : {Collective::kReduceScatter, Collective::kAllGather})
-    for (Topology t : {Topology::kRing, Topology::kButterfly, Topology::kTwoStep})
+  for (Collective kind : {Collective::kAllReduce, Collective::kReduceScatter, Collective::kAllGather})
+    for (Topology t : schedule_topologies(kind))
       for (int n = 1; n <= 17; ++n) {
-        const Plan plan = make_identity_plan(DType::kF32, 50000, n);
+        const Plan plan = make_identity_plan(DType::kF32, 50000, topology_chunks(t, n, kind));
         const BlockTable bt = make_blocks(plan, 4096);
         std::multiset<std::tuple<int, int, uint32_t, int>> sends, recvs;
         for (int r = 0; r < n; ++r)
@@ -195,6 +199,31 @@ TEST(SchedulePhases, EveryMessageHasAMatchingReceive) {
             if (is_recv(op.role)) recvs.insert({op.peer, r, op.tag, op.block});
           }
         EXPECT_EQ(sends, recvs) << collective_name(kind) << " " << topology_name(t) << " n=" << n;
+      }
+}
+
+TEST(SchedulePhases, AllReduceLeavesEveryRankWithTheFullSum) {
+  for (Topology t : schedule_topologies(Collective::kAllReduce))
+    for (int n = 1; n <= 17; ++n)
+      for (int64_t numel : {int64_t(n) * 4096, int64_t(300)}) {  // several blocks per chunk; empty blocks
+        SCOPED_TRACE(std::string(topology_name(t)) + " n=" + std::to_string(n) + " numel=" + std::to_string(numel));
+        const Plan plan = make_identity_plan(DType::kF32, numel, topology_chunks(t, n));
+        const BlockTable bt = make_blocks(plan, 4096);
+        const Outcome o = run_symbolic(t, n, bt, Collective::kAllReduce);
+        ASSERT_TRUE(o.error.empty()) << o.error;
+        ASSERT_TRUE(o.finished) << "a rank waits for a message nobody sends";
+        const Mask all = (Mask(1) << n) - 1;
+        size_t nonempty = 0;
+        for (size_t b = 0; b < bt.blocks.size(); ++b) {
+          if (bt.blocks[b].empty()) continue;
+          ++nonempty;
+          for (int r = 0; r < n; ++r) {
+            auto it = o.finals.find({r, int(b)});
+            ASSERT_NE(it, o.finals.end()) << "rank " << r << " lacks block " << b;
+            EXPECT_EQ(it->second, all) << "rank " << r << " block " << b;
+          }
+        }
+        EXPECT_EQ(o.sinks.size(), nonempty) << "a block with no sink or two";
       }
 }
 

@@ -120,7 +120,7 @@ std::vector<std::vector<float>> gaussian(int n, int64_t numel, uint32_t seed) {
 
 TEST(SendWindow, EveryScheduleRunsUnderRendezvousSendsAndGivesTheSameBits) {
   for (Mode m : {mode_id("none"), mode_id("dynamiq"), mode_id("lossless"), mode_id("bitsplit")})
-    for (Topology topo : {Topology::kRing, Topology::kButterfly, Topology::kTwoStep})
+    for (Topology topo : schedule_topologies())
       for (int n = 1; n <= 6; ++n)
         for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMean}) {
           SCOPED_TRACE(std::string(mode_name(m)) + " " + topology_name(topo) + " n=" + std::to_string(n) +
@@ -151,7 +151,7 @@ TEST(SendWindow, PoolHoldsFinalsAndWindowsNotEverythingSent) {
   const size_t bucket = size_t(numel) * 4, window = 1 << 20, block = 256 << 10;
   const auto in = gaussian(2, numel, 3);
   for (Mode m : {mode_id("none"), mode_id("lossless"), mode_id("dynamiq")}) {
-    CollectiveConfig cfg = mode_cfg(m, Topology::kRing);
+    CollectiveConfig cfg = mode_cfg(m, kTopologyRing);
     cfg.block_bytes = int64_t(block);
     cfg.window_bytes = int64_t(window);
     const ReduceOp op = ReduceOp::kMean;
@@ -180,7 +180,7 @@ TEST(SendWindow, ButterflyWithExtraRanksSumsAtMostHalfTheBucketInFloat) {
   const double B = double(numel) * 4;
   for (Mode m : {mode_id("dynamiq"), mode_id("bitsplit")})
     for (int n : {3, 6}) {
-      CollectiveConfig cfg = mode_cfg(m, Topology::kButterfly);
+      CollectiveConfig cfg = mode_cfg(m, topology_id("butterfly"));
       cfg.block_bytes = 16384;
       cfg.window_bytes = 16 << 20;  // windows larger than the bucket: they bound nothing here
       const auto in = gaussian(n, numel, 7 + uint32_t(n));
@@ -201,7 +201,7 @@ TEST(SendWindow, ButterflyWithExtraRanksSumsAtMostHalfTheBucketInFloat) {
 // of W / p (n = 3: 2 W where this allows 1.5 W).
 TEST(SendWindow, ButterflySpreadsTheExtraRanksTrafficOverTheOwners) {
   for (int n : {3, 5, 6, 7}) {
-    CollectiveConfig cfg = mode_cfg(mode_id("dynamiq"), Topology::kButterfly);
+    CollectiveConfig cfg = mode_cfg(mode_id("dynamiq"), topology_id("butterfly"));
     cfg.block_bytes = 16384;
     const auto in = gaussian(n, 1 << 18, 20 + uint32_t(n));
     const Result rv = run_once(n, cfg, in, false, ReduceOp::kSum);

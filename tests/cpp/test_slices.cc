@@ -64,7 +64,7 @@ Data integers(int n, int64_t numel, uint32_t seed) {
 TEST(Slices, ExactModesStayExact) {
   const int64_t numel = 100003;  // 64 KB slices = 16384 floats: 7 slices, the last one short
   for (Mode m : {mode_id("none"), mode_id("lossless")})
-    for (Topology t : {Topology::kRing, Topology::kButterfly, Topology::kTwoStep})
+    for (Topology t : schedule_topologies())
       for (int n : {2, 3}) {
         SCOPED_TRACE(std::string(mode_name(m)) + " " + topology_name(t) + " n=" + std::to_string(n));
         Data x = integers(n, numel, 7);
@@ -97,8 +97,8 @@ TEST(Slices, FirstSliceIsItsOwnCollectiveAndLaterSlicesDrawOtherRandomness) {
     std::vector<double> exact(static_cast<size_t>(half), 0.0);
     for (const auto& v : halves)
       for (size_t i = 0; i < v.size(); ++i) exact[i] += v[i];
-    const auto st_split = run(n, cfg_for(m, Topology::kRing, half * 4), both, ReduceOp::kSum);
-    const auto st_alone = run(n, cfg_for(m, Topology::kRing, half * 4), halves, ReduceOp::kSum);
+    const auto st_split = run(n, cfg_for(m, kTopologyRing, half * 4), both, ReduceOp::kSum);
+    const auto st_alone = run(n, cfg_for(m, kTopologyRing, half * 4), halves, ReduceOp::kSum);
     EXPECT_EQ(st_split[0].slices, 2);
     EXPECT_EQ(st_alone[0].slices, 1);
     for (int r = 0; r < n; ++r) {
@@ -130,7 +130,7 @@ TEST(Slices, FirstSliceIsItsOwnCollectiveAndLaterSlicesDrawOtherRandomness) {
 // and exact-nonfinite when any slice had an inf or NaN; the allocator state is
 // the one the compressed slices left, also when the last slice is exact.
 TEST(Slices, ReportedPathIsMixedWhenSlicesDiffer) {
-  const CollectiveConfig cfg = cfg_for(mode_id("dynamiq"), Topology::kRing, 4096 * 4);
+  const CollectiveConfig cfg = cfg_for(mode_id("dynamiq"), kTopologyRing, 4096 * 4);
   Data even = integers(2, 8192, 5);
   const std::vector<CallStats> se = run(2, cfg, even, ReduceOp::kSum);
   for (const CallStats& s : se) {
@@ -160,7 +160,7 @@ TEST(Slices, WorkingMemoryFollowsTheSliceNotTheBucket) {
   Data x(2, std::vector<float>(static_cast<size_t>(numel)));
   for (auto& v : x)
     for (auto& e : v) e = d(g);
-  CollectiveConfig cfg = cfg_for(mode_id("lossless"), Topology::kRing, slice);
+  CollectiveConfig cfg = cfg_for(mode_id("lossless"), kTopologyRing, slice);
   cfg.block_bytes = 64 << 10;
   cfg.window_bytes = 256 << 10;
   std::vector<size_t> pool;
@@ -191,7 +191,7 @@ TEST(Slices, BadInputOnOneRankRaisesOnEveryRank) {
     a.numel = int64_t(xs[r]->size());
     a.local_error = r == 1 ? InputError::kDType : InputError::kNone;
     try {
-      all_reduce(t, cfg_for(mode_id("dynamiq"), Topology::kRing, 64 << 10), a);
+      all_reduce(t, cfg_for(mode_id("dynamiq"), kTopologyRing, 64 << 10), a);
     } catch (const Error&) {
       raised[size_t(r)] = 1;
     }
@@ -214,7 +214,7 @@ TEST(Slices, RanksDisagreeingOnMaxCollectiveBytesRaiseOnEveryRank) {
     a.data = x[size_t(r)].data();
     a.numel = int64_t(x[size_t(r)].size());
     try {
-      all_reduce(t, cfg_for(mode_id("dynamiq"), Topology::kRing, r == 1 ? 0 : 64 << 10), a);
+      all_reduce(t, cfg_for(mode_id("dynamiq"), kTopologyRing, r == 1 ? 0 : 64 << 10), a);
     } catch (const Error& e) {
       raised[size_t(r)] = 1;
       what[size_t(r)] = e.what();

@@ -82,7 +82,7 @@ std::string name(const Case& c) {
 std::vector<Case> cases() {
   std::vector<Case> v;
   for (const char* mode : {"none", "dynamiq", "lossless", "bitsplit"})
-    for (Topology t : {Topology::kRing, Topology::kButterfly, Topology::kTwoStep})
+    for (Topology t : schedule_topologies())
       for (int n : {2, 3, 4})
         for (bool ordered : {false, true}) v.push_back({mode, t, n, ordered});
   return v;
@@ -162,7 +162,7 @@ TEST(Timeline, WellFormedEveryModeTopologyAndPosting) {
 }
 
 TEST(Timeline, SlicesAreNumberedAndWellFormed) {
-  const Case c{"dynamiq", Topology::kRing, 3, false};
+  const Case c{"dynamiq", kTopologyRing, 3, false};
   const Outcome r = run(c, true, 3 * 8192, 8192 * 4);  // 3 slices
   ASSERT_EQ(r.stats[0].slices, 3);
   check_well_formed(c, r, "sliced");
@@ -236,7 +236,7 @@ TEST(SendAhead, TheTimelineShowsSendsPostedBeforeEarlierReceives) {
     }
     return count;
   };
-  for (Topology t : {Topology::kRing, Topology::kButterfly})
+  for (Topology t : {kTopologyRing, topology_id("butterfly")})
     for (bool ordered : {false, true}) {
       const Case c{"dynamiq", t, 2, ordered};
       setenv("DYNAMIQ_SEND_AHEAD", "0", 1);
@@ -251,7 +251,7 @@ TEST(SendAhead, TheTimelineShowsSendsPostedBeforeEarlierReceives) {
     }
   // the default posts ahead
   unsetenv("DYNAMIQ_SEND_AHEAD");
-  const Case c{"dynamiq", Topology::kRing, 2, false};
+  const Case c{"dynamiq", kTopologyRing, 2, false};
   EXPECT_GT(ahead_posts(run(c, true, 256 * 400 + 13), c.n), 0) << "default";
   if (before) setenv("DYNAMIQ_SEND_AHEAD", saved.c_str(), 1); else unsetenv("DYNAMIQ_SEND_AHEAD");
 }

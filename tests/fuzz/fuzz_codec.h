@@ -42,6 +42,7 @@
 #include "../cpp/params_util.h"
 #include "hook/collective/config.h"
 #include "hook/collective/schedule.h"
+#include "hook/collective/topology.h"
 #include "kernels/dynamiq/dynamiq_stats.h"
 #include "kernels/lossless/lossless_format.h"
 #include "kernels/scheme.h"
@@ -99,6 +100,13 @@ struct CodecCase {
     std::memcpy(p + 16, &seed, 8);
   }
 };
+
+// The registered schedule (all-reduce) a parameter byte picks, by id: with the
+// built-in topologies ring 0, butterfly 1, twostep 2, as the corpus was recorded.
+inline Topology topology_of(uint8_t b) {
+  static const std::vector<Topology> t = schedule_topologies();
+  return t[b % t.size()];
+}
 
 // The collective config of a case. Mode parameters (p = mode_params):
 //   dynamiq:  bits = 1.5 + p[0] / 16 (1.5 .. 17.4); widths mask from p[1]'s low 5 bits over

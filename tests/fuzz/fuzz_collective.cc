@@ -10,7 +10,7 @@
 // Input: a 32-byte prefix, then the stream of received bytes.
 //   p[0]  mode (mod 4); p[1] bits 0-1 dtype (mod 3), bit 2 op mean, (p[1] >> 3) % 4 value style
 //   p[2..3] numel = 1 + u16 % 5000; p[4] world = 2 + p[4] % 4; p[5] rank (mod world);
-//   p[6]  topology (mod 3)
+//   p[6]  topology (topology_of: the registered schedules, by id)
 //   p[7]  transport: bit 0 posts in order (NCCL-like), bit 1 accepts shorter messages (Gloo),
 //         bit 2 with bit 1: each receive reads a 2-byte length first and delivers at most that
 //   p[8]  header: 0 honest; 1 add fuzzed int64s (from the stream) at 1-4 positions (p[9..12]);
@@ -219,7 +219,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::memcpy(c.mode_params, p + 16, 8);
   std::memcpy(&c.seed, p + 24, 8);
   CollectiveConfig cfg = config_of(c);
-  cfg.topology = Topology(p[6] % 3);
+  cfg.topology = topology_of(p[6]);
   cfg.min_compress_numel = 0;
   if (p[13] & 1) cfg.max_collective_bytes = 1;  // slices of 4096 elements
   cfg.block_bytes = p[14] == 0 ? 0 : int64_t(64) << (p[14] % 12);

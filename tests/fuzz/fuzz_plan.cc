@@ -8,7 +8,7 @@
 // missing ones read as 0).
 //   p[0..7]  the DynamiQ parameters (fuzz_codec.h config_of)
 //   p[8..9]  numel = 1 + u16 % 20000
-//   p[10]    world = 1 + p[10] % 16; p[11] topology (mod 3): chunks = topology_chunks
+//   p[10]    world = 1 + p[10] % 16; p[11] topology (topology_of): chunks = topology_chunks
 //   p[12]    bit 0: a carried allocator state (u = p[16..23], step = p[24..31] as doubles)
 //
 // Properties on the plan returned (make_plan may not throw: every float is a legal
@@ -39,7 +39,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const int64_t numel = 1 + in.u16(8) % 20000;
   if (!scheme->fits_budget(numel)) return 0;
   const int world = 1 + in.p[10] % 16;
-  const Topology topo = Topology(in.p[11] % 3);
+  const Topology topo = topology_of(in.p[11]);
   const int chunks = topology_chunks(topo, world);
   PlanState ps;
   if (in.p[12] & 1) {

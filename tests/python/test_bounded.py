@@ -50,7 +50,7 @@ def _bounded(rank, world):
         st = run_collective(y, name, cfg, op, seq[0])
         return y, st
 
-    for topo in ("ring", "butterfly", "twostep"):
+    for topo in dynamiq.available_topologies(compositions=False):
         for kind, bounds in (("smooth", (2.0 ** -9, 1e-3, 0.05)), ("gradient", (1e-5, 1e-4))):
             x = data(kind, rank)
             ref = x.double().clone()

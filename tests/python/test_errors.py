@@ -208,18 +208,6 @@ def test_not_initialized():
         dynamiq.all_reduce(torch.ones(3), dynamiq.Config(mode="none"))
 
 
-@pytest.mark.parametrize("backend,devices", [
-    ("gloo", {"cpu"}),
-    ("nccl", {"cuda"}),
-    ("cpu:gloo,cuda:nccl", {"cpu", "cuda"}),
-    ("cuda:gloo", set()),  # CUDA tensors go through NCCL only
-    ("mpi", {"cpu"}),
-])
-def test_group_device_types_from_backend_string(backend, devices):
-    from dynamiq._groups import _devices_of
-    assert _devices_of(backend) == frozenset(devices)
-
-
 def test_config_validation_catches_what_the_codecs_reject():
     # Rules that live in the C++ codecs and allocator: a Config that passes
     # construction must never fail inside a collective (on one rank only, when

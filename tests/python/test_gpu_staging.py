@@ -20,7 +20,7 @@ import dynamiq
 from dist_utils import run_ranks
 
 MODES = tuple(dynamiq.available_modes())
-TOPOLOGIES = ("ring", "butterfly", "twostep")
+TOPOLOGIES = tuple(dynamiq.available_topologies(compositions=False))  # the registry's schedules
 DTYPES = (torch.float32, torch.bfloat16)
 
 gpu = [pytest.mark.gpu, pytest.mark.skipif(
@@ -29,10 +29,10 @@ gpu = [pytest.mark.gpu, pytest.mark.skipif(
 
 
 def test_staging_is_chosen_for_cuda_tensors_on_groups_without_nccl():
-    from dynamiq import api
-    api._group_devices["t-gloo"] = frozenset(("cpu",))
-    api._group_devices["t-both"] = frozenset(("cpu", "cuda"))
-    api._group_devices["t-nccl"] = frozenset(("cuda",))
+    from dynamiq import _groups, api
+    _groups._group_backends["t-gloo"] = "cpu:gloo,cuda:gloo"
+    _groups._group_backends["t-both"] = "cpu:gloo,cuda:nccl"
+    _groups._group_backends["t-nccl"] = "cuda:nccl"
     cfg = dynamiq.Config()
     assert api.host_staged("cuda:0", "t-gloo", cfg)
     assert not api.host_staged("cuda:0", "t-both", cfg) and not api.host_staged("cuda:0", "t-nccl", cfg)

@@ -38,6 +38,10 @@ def data(kind, rank, numel=NUMEL, seed=0):
     raise ValueError(kind)
 
 
+def _int_view(t):
+    return t.view(torch.int16 if t.element_size() == 2 else torch.int32)
+
+
 def gather_bits(t):
     bits = (t.view(torch.int16) if t.element_size() == 2 else t.view(torch.int32)).to(torch.int32)
     out = [torch.empty_like(bits) for _ in range(dist.get_world_size())]
@@ -91,7 +95,7 @@ def _modes(rank, world):
         st = run_collective(y, name, cfg, op, seq[0])
         return y, st
 
-    for topo in ("ring", "butterfly", "twostep"):
+    for topo in dynamiq.available_topologies(compositions=False):
         # --- dynamiq: bit-identical, bytes = 2(n-1) x plan, vNMSE bound
         for bits in (3.0, 4.0, 5.0, 6.0):
             for kind in ("gaussian", "heavy"):
@@ -106,16 +110,20 @@ def _modes(rank, world):
                 v = float(((y.double() - ref) ** 2).sum() / (ref ** 2).sum())
                 assert v < dynamiq_vnmse_bound(world, bits), (topo, bits, kind, v)
                 report[(topo, bits, kind)] = v
-        # --- lossless == none, bit for bit, never more bytes
+        # --- every exact mode (registered: lossless, and test-only ones like negate) == none, bit
+        # for bit; lossless never sends more bytes
         for dtype in (torch.float32, torch.bfloat16, torch.float16):
             for kind in ("gaussian", "heavy", "adversarial"):
                 x = data(kind, rank).to(dtype)
                 for op in ("sum", "mean"):
                     y_none, st_none = run(x, dynamiq.Config(mode="none", topology=topo), op)
+                    for mode in dynamiq.config.exact_modes():
+                        if mode in ("none", "lossless") or kind != "adversarial":
+                            continue  # (other exact modes: the hardest data only, to keep the time)
+                        y_m, _ = run(x, dynamiq.Config(mode=mode, topology=topo, min_compress_numel=0), op)
+                        assert torch.equal(_int_view(y_m), _int_view(y_none)), f"{mode} != none: {topo} {dtype} {kind} {op}"
                     y_ll, st_ll = run(x, dynamiq.Config(mode="lossless", topology=topo), op)
-                    assert torch.equal(y_ll.view(torch.int16 if dtype != torch.float32 else torch.int32),
-                                       y_none.view(torch.int16 if dtype != torch.float32 else torch.int32)), \
-                        f"lossless != none: {topo} {dtype} {kind} {op}"
+                    assert torch.equal(_int_view(y_ll), _int_view(y_none)), f"lossless != none: {topo} {dtype} {kind} {op}"
                     assert all_equal(y_ll)
                     # A fixed-size first part must say whether the block is coded or raw:
                     # incompressible blocks cost raw + a 16-byte header (README, lossless).

@@ -27,7 +27,7 @@ from dist_utils import run_ranks
 
 WORLD = 2
 MODES = tuple(m for m in dynamiq.available_modes() if m != "bounded")  # bounded has no CUDA codec yet
-TOPOLOGIES = ("ring", "butterfly", "twostep")
+TOPOLOGIES = tuple(dynamiq.available_topologies(compositions=False))  # the registry's schedules
 DTYPES = (torch.float32, torch.bfloat16)
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(

@@ -22,7 +22,7 @@ from dynamiq.api import resolve_group, run_collective
 from dist_utils import run_ranks
 
 MODES = tuple(dynamiq.available_modes())
-TOPOLOGIES = ("ring", "butterfly", "twostep")
+TOPOLOGIES = tuple(dynamiq.available_topologies(compositions=False))  # the registry's schedules
 
 
 def _all(rank, world):

@@ -53,7 +53,7 @@ def rs_vnmse_bound(n, bits, topology):
 def _rs(rank, world):
     name = dist.group.WORLD.group_name  # noqa: F841
     checked = 0
-    for topology in ("ring", "butterfly", "twostep"):
+    for topology in dynamiq.available_topologies("reduce_scatter"):
         none = dynamiq.Config(mode="none", topology=topology, block_bytes=4096)
         lossless = dynamiq.Config(mode="lossless", topology=topology, block_bytes=4096)
         for dtype in (torch.float32, torch.bfloat16):
@@ -116,7 +116,7 @@ def _rs_dynamiq(rank, world):
     from test_modes_multiprocess import data
     m = 16384  # 64 super-groups per shard
     report = {}
-    for topology in ("ring", "butterfly", "twostep"):
+    for topology in dynamiq.available_topologies("reduce_scatter"):
         cfg = dynamiq.Config(mode="dynamiq", bits=5.0, topology=topology, seed=3)
         for kind in ("gaussian", "heavy"):
             x = data(kind, rank, numel=world * m, seed=7)

@@ -7,6 +7,7 @@
 #include <random>
 
 #include "hook/collective/header_exchange.h"
+#include "hook/collective/topology.h"
 #include "hook/transport/inproc_transport.h"
 #include "kernels/registry.h"
 
@@ -44,18 +45,8 @@ double mean(const std::vector<int64_t>& s, size_t slot, double scale, double kee
   return s[slot] > 0 ? double(s[slot + 1]) / double(s[slot]) / scale : keep;
 }
 
-int rounds(Topology t, int n) {
-  if (n <= 1) return 0;
-  switch (t) {
-    case Topology::kButterfly: {
-      int k = 0;
-      while ((1 << k) < n) ++k;
-      return 2 * k;
-    }
-    case Topology::kTwoStep: return 2;
-    default: return 2 * (n - 1);
-  }
-}
+// A schedule's rounds on n ranks (its registry entry's cost).
+double rounds(Topology t, int n) { return n <= 1 ? 0.0 : topology_def(t).rounds(n); }
 
 std::vector<float> gaussian(int64_t n, uint32_t seed) {
   std::mt19937 g(seed);
@@ -69,7 +60,7 @@ std::vector<float> gaussian(int64_t n, uint32_t seed) {
 
 CodecCost calibrate_codec(const CollectiveConfig& cfg_in) {
   CollectiveConfig cfg = cfg_in;
-  cfg.topology = Topology::kRing;
+  cfg.topology = kTopologyRing;
   cfg.seed = 0;
   cfg.local_size = 0;
   cfg.intra_mode = kModeNone;
@@ -150,7 +141,9 @@ AutoPrediction auto_predict(const AutoState& s, const CollectiveConfig& cfg, int
   const double bw = cfg.auto_bandwidth > 0 ? cfg.auto_bandwidth : s.bandwidth;
   if (n <= 1 || !s.shared || !(bw > 0) || numel < std::max<int64_t>(cfg.min_compress_numel, 1)) return p;
   const double lat = cfg.auto_latency >= 0 ? cfg.auto_latency : s.latency;
-  const double es = dtype_size(dtype), N = double(numel), f = 2.0 * (n - 1) / n;
+  const TopologyDef& topo = topology_def(cfg.topology);
+  DQ_CHECK(!topo.composition(), "auto_predict: topology '" + topo.name + "' is a composition, not a schedule");
+  const double es = dtype_size(dtype), N = double(numel), f = topo.bytes(n);
   const double R = rounds(cfg.topology, n), Rm = rounds(metadata_topology(cfg.topology, n), n);
   const double ll_bits = std::min(8.0 * es, s.lossless.bits * es / 4.0);
   p.seconds[0] = R * lat + f * N * es / bw;

@@ -15,7 +15,7 @@
 #include "hook/collective/executor.h"
 #include "hook/collective/header_exchange.h"
 #include "hook/collective/auto_mode.h"
-#include "hook/collective/hierarchical.h"
+#include "hook/collective/topology.h"
 #include "kernels/identity/identity_codec.h"
 
 namespace dynamiq {
@@ -183,7 +183,8 @@ void all_reduce_exact_f32(Transport& tr, Topology topo, float* data, int64_t cou
 }
 
 Topology metadata_topology(Topology data_topology, int world) {
-  return data_topology == Topology::kRing && world >= 4 ? Topology::kTwoStep : data_topology;
+  static const Topology twostep = topology_id("twostep");
+  return data_topology == kTopologyRing && world >= 4 ? twostep : data_topology;
 }
 
 namespace {
@@ -220,9 +221,7 @@ Setup set_up(const CollectiveConfig& cfg, const CallArgs& a, int world, bool ok_
     if (cfg.mode == kModeAuto)
       throw Error(std::string("dynamiq ") + collective_name(a.kind) +
                   ": mode 'auto' runs all-reduces only; name the mode (none, lossless, ...)");
-    if (cfg.topology == Topology::kHierarchical)
-      throw Error(std::string("dynamiq ") + collective_name(a.kind) +
-                  ": topology 'hierarchical' runs all-reduces only; use ring, butterfly or twostep");
+    topology_for(cfg.topology, a.kind);  // registered, and runs this collective
     s.scheme = make_scheme(cfg);
     if (a.kind == Collective::kAllGather && !s.scheme->exact())
       throw Error(std::string("dynamiq all-gather: mode '") + mode_name(cfg.mode) +
@@ -528,7 +527,7 @@ int64_t padded_shard(const CollectiveConfig& cfg, Collective kind, int world, in
 
 CallStats all_reduce(Transport& tr, const CollectiveConfig& cfg, const CallArgs& a) {
   if (a.kind != Collective::kAllReduce) return collective(tr, cfg, a);
-  if (cfg.topology == Topology::kHierarchical) return hierarchical_all_reduce(tr, cfg, a);
+  if (const TopologyDef& t = topology_def(cfg.topology); t.composition()) return t.compose(tr, cfg, a);
   if (cfg.mode == kModeAuto) return auto_all_reduce(tr, cfg, a);
   const int64_t es = dtype_size(a.dtype);
   const int64_t max_numel =

@@ -1,4 +1,4 @@
-// One all-reduce of a bucket, end to end (DESIGN.md "The data path of one bucket"):
+// One all-reduce of a bucket, end to end (docs/architecture.md "The data path of one all-reduce"):
 //   1. local pass: the scheme's statistics and the non-finite flag;
 //   2. header exchange (header_exchange.h): an int64 all-reduce carrying the
 //      fingerprint of everything the ranks must agree on (config, dtype, numel,
@@ -17,6 +17,7 @@
 #include "hook/collective/config.h"
 #include "hook/collective/exec_stats.h"
 #include "hook/collective/timeline.h"
+#include "hook/collective/topology.h"
 #include "kernels/registry.h"
 #include "hook/transport/transport.h"
 

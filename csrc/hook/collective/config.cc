@@ -3,20 +3,11 @@
 #include <cstring>
 #include <sstream>
 
+#include "hook/collective/topology.h"
 #include "kernels/registry.h"
 #include "kernels/scheme.h"
 
 namespace dynamiq {
-
-const char* topology_name(Topology t) {
-  switch (t) {
-    case Topology::kRing: return "ring";
-    case Topology::kButterfly: return "butterfly";
-    case Topology::kTwoStep: return "twostep";
-    case Topology::kHierarchical: return "hierarchical";
-  }
-  return "?";
-}
 
 const char* collective_name(Collective c) {
   switch (c) {
@@ -112,7 +103,7 @@ uint64_t CollectiveConfig::fingerprint() const {
   f.add(block_bytes);
   f.add(min_compress_numel);
   if (max_collective_bytes != (int64_t(256) << 20)) f.add(max_collective_bytes);  // default: fingerprint as before
-  if (topology == Topology::kHierarchical) {  // (other topologies: fingerprint as before)
+  if (topology == kTopologyHierarchical) {  // (other topologies: fingerprint as before)
     f.add(local_size);
     f.add(uint8_t(intra_mode));
   }

@@ -12,23 +12,27 @@
 
 namespace dynamiq {
 
-// Numeric values are part of the wire fingerprint: never renumber.
-// kHierarchical: ranks grouped by node (local_size per node): an intra-node
-// reduce-scatter (intra_mode), an all-reduce between nodes over each local
-// rank's shard (mode, ring), an intra-node all-gather (hierarchical.h).
-enum class Topology : uint8_t { kRing = 0, kButterfly = 1, kTwoStep = 2, kHierarchical = 3 };
+// A topology's id. The topologies and their ids are listed in the topology
+// registry (topology.h: topology_id("butterfly"), topology_name(id)); the id
+// is part of the wire fingerprint: never renumber. Built in: ring 0,
+// butterfly 1, twostep 2 (schedules), hierarchical 3 (a composition).
+enum class Topology : uint8_t {};
+// Topology "ring": the default, and the schedule the hierarchical phases run.
+inline constexpr Topology kTopologyRing = Topology(0);
+// Topology "hierarchical" (hierarchical.h): a composition of collectives over
+// sub-groups, not a schedule; ranks grouped by node (local_size per node).
+inline constexpr Topology kTopologyHierarchical = Topology(3);
 enum class ReduceOp : uint8_t { kSum = 0, kMean = 1 };
 // Which collective a call runs (part of the header fingerprint): the
 // all-reduce; its reduce phase alone (rank c ends with shard c of the sum);
 // its all-gather phase alone (every rank ends with every rank's shard).
 enum class Collective : uint8_t { kAllReduce = 0, kReduceScatter = 1, kAllGather = 2 };
 
-const char* topology_name(Topology t);
 const char* collective_name(Collective c);
 
 struct CollectiveConfig {
   Mode mode = kModeNone;
-  Topology topology = Topology::kRing;
+  Topology topology = kTopologyRing;
   uint64_t seed = 0;
 
   // The codec's parameters (bits, rounding, error_bound, ...), as each codec declares them in
@@ -36,10 +40,10 @@ struct CollectiveConfig {
   // of auto_lossy. Given ones only, or resolved (every default filled in: make_scheme does it).
   ParamSet params;
 
-  // Topology kHierarchical (hierarchical.h): ranks per node (consecutive
+  // Topology hierarchical (hierarchical.h): ranks per node (consecutive
   // ranks share a node; 0: not given, an error there) and the mode of the
   // intra-node phases (none or lossless). In the fingerprint only for
-  // kHierarchical, so the other topologies' fingerprints are unchanged.
+  // hierarchical, so the other topologies' fingerprints are unchanged.
   int32_t local_size = 0;
   Mode intra_mode = kModeNone;
 

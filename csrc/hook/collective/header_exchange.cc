@@ -102,7 +102,7 @@ std::string disagreements(const std::vector<int64_t>& h, const std::vector<Heade
 std::vector<HeaderField> collective_header_fields(const CollectiveConfig& cfg, const CallArgs& a, uint32_t slice) {
   // hierarchical: the ranks per node ride in the topology's field (the other
   // topologies send the topology alone, as before)
-  const bool hier = cfg.topology == Topology::kHierarchical;
+  const bool hier = cfg.topology == kTopologyHierarchical;
   return {
       {"mode", uint64_t(cfg.mode)},
       {hier ? "topology or ranks per node (local_size; torchrun's LOCAL_WORLD_SIZE)" : "topology",

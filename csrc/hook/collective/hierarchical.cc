@@ -10,6 +10,7 @@
 #include "hook/collective/auto_mode.h"
 #include "hook/collective/buffer_pool.h"
 #include "hook/collective/header_exchange.h"
+#include "hook/collective/topology.h"
 #include "hook/transport/sub_transport.h"
 #include "kernels/registry.h"
 
@@ -91,7 +92,7 @@ CollectiveConfig hierarchical_intra_config(const CollectiveConfig& cfg) {
   CollectiveConfig c = cfg;
   c.mode = cfg.intra_mode;
   c.params = ParamSet();  // `params` are the inter-node mode's; the exact intra modes have none
-  c.topology = Topology::kRing;
+  c.topology = kTopologyRing;
   c.local_size = 0;
   c.intra_mode = kModeNone;
   return c;
@@ -99,7 +100,7 @@ CollectiveConfig hierarchical_intra_config(const CollectiveConfig& cfg) {
 
 CollectiveConfig hierarchical_inter_config(const CollectiveConfig& cfg, int local) {
   CollectiveConfig c = cfg;
-  c.topology = Topology::kRing;
+  c.topology = kTopologyRing;
   c.local_size = 0;
   c.intra_mode = kModeNone;
   c.seed = cfg.seed + 0x9e3779b97f4a7c15ull * uint64_t(local);
@@ -107,7 +108,7 @@ CollectiveConfig hierarchical_inter_config(const CollectiveConfig& cfg, int loca
 }
 
 CallStats hierarchical_all_reduce(Transport& tr, const CollectiveConfig& cfg, const CallArgs& a) {
-  DQ_CHECK(cfg.topology == Topology::kHierarchical && a.kind == Collective::kAllReduce,
+  DQ_CHECK(cfg.topology == kTopologyHierarchical && a.kind == Collective::kAllReduce,
            "hierarchical_all_reduce: not a hierarchical all-reduce");
   const auto t_start = Clock::now();
   const int n = tr.size(), r = tr.rank();
@@ -239,6 +240,17 @@ CallStats hierarchical_all_reduce(Transport& tr, const CollectiveConfig& cfg, co
   }
   cs.t_total = secs(t_start, Clock::now());
   return cs;
+}
+
+TopologyDef hierarchical_topology() {
+  TopologyDef d;
+  d.collectives = kAllReduceOnly;
+  d.compose = hierarchical_all_reduce;
+  d.validate = [](const CollectiveConfig& cfg) {
+    DQ_CHECK(make_scheme(hierarchical_intra_config(cfg))->exact(),
+             "intra_mode must be an exact mode (none or lossless)");
+  };
+  return d;
 }
 
 }  // namespace dynamiq

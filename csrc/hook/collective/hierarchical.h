@@ -22,7 +22,8 @@
 
 namespace dynamiq {
 
-// cfg.topology must be kHierarchical and a.kind kAllReduce.
+// cfg.topology must be hierarchical (kTopologyHierarchical) and a.kind kAllReduce;
+// the topology registry's entry for "hierarchical" composes with it (topology.h).
 CallStats hierarchical_all_reduce(Transport& tr, const CollectiveConfig& cfg, const CallArgs& a);
 
 // The config of each phase: the intra-node phases (intra_mode, ring) and the

@@ -1,7 +1,10 @@
 // Topology schedules: for one rank, the ordered list of sends, receives and
 // local steps of an all-reduce over blocks, with the kernel role of each.
 // Schedules know blocks and peers, never codecs; the executor runs any
-// schedule with any codec.
+// schedule with any codec. Each schedule is a function in a file of its own
+// (ring_schedule.cc, butterfly_schedule.cc, twostep_schedule.cc) that adds a
+// rank's ops through a ScheduleBuilder, listed in the topology registry
+// (topology.h); make_program looks it up there.
 //
 // Roles (DynamiQ paper section 3.4, ZCCL compress-once forwarding):
 //   kSendLeaf     send compress(local)                            (leaf)
@@ -31,6 +34,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/codec.h"
@@ -82,9 +86,10 @@ struct Program {
   std::vector<Op> ops;
 };
 
-// Number of chunks the plan must have for a topology on `world` ranks: for an
-// all-reduce on a butterfly the largest power of two <= world; else world
-// (for a reduce-scatter or all-gather chunk c is shard c).
+// Number of chunks the plan must have for a topology on `world` ranks (the
+// registry entry's `chunks`: for an all-reduce on a butterfly the largest power
+// of two <= world; else world; for a reduce-scatter or all-gather chunk c is
+// shard c).
 int topology_chunks(Topology t, int world, Collective kind = Collective::kAllReduce);
 
 // Cuts every chunk of the plan into the same number of blocks of about
@@ -96,11 +101,57 @@ struct BlockTable {
 };
 BlockTable make_blocks(const Plan& plan, int64_t block_bytes);
 
-// The schedule of `rank` for a topology and collective. Ops on empty blocks are omitted.
+// What a schedule function adds one rank's ops with. Chunk c's block j is
+// block id c * B + j of the block table; an op on an empty block is left out
+// (add returns false). Every message tag must lie below the topology's
+// declared tag space (TopologyDef::tag_steps x C x B), checked op by op.
+struct ScheduleBuilder {
+  ScheduleBuilder(const BlockTable& t, int64_t tag_space, const char* topology);
+
+  const BlockTable& bt;
+  const int B;  // blocks per chunk
+  const int C;  // chunks
+
+  bool empty(int chunk, int j) const { return bt.blocks[size_t(chunk * B + j)].empty(); }
+  // One op (peer -1 for a local op, whose tag is ignored).
+  bool add(Role r, int chunk, int j, int peer, int64_t tag);
+  // One step of a rank: a send and a receive (either omitted when its block is
+  // empty); both present: the send is marked with_recv.
+  void step(Role sr, int sc, int sj, int speer, int64_t stag, Role rr, int rc, int rj, int rpeer, int64_t rtag);
+  // The ops that add_ops() adds go in one group (Op::group_next).
+  template <typename F>
+  void grouped(F&& add_ops) {
+    const size_t m = prog_.ops.size();
+    add_ops();
+    for (size_t i = m; i + 1 < prog_.ops.size(); ++i) prog_.ops[i].group_next = true;
+  }
+  // The usual tag: (step, chunk, block) numbered in that order, below
+  // steps x C x B for steps 0 .. steps-1.
+  int64_t tag(int step, int chunk, int j) const { return (int64_t(step) * C + chunk) * B + j; }
+  // A world of one: every block of chunk 0 is this rank's own (kLocalSink;
+  // kLocalFinal for an all-gather).
+  void world_of_one(Collective kind);
+  Program take() { return std::move(prog_); }
+
+ private:
+  Program prog_;
+  int64_t tag_space_;
+  const char* topology_;
+};
+
+// The schedule of `rank` for a topology and collective (the registry entry's
+// schedule function). Throws Error for a topology that is not a registered
+// schedule for `kind`, and for a tag space over 2^30 (the same on every rank).
 Program make_program(Topology t, int rank, int world, const BlockTable& bt,
                      Collective kind = Collective::kAllReduce);
 
-// Largest tag used by a program shape (for tag-space checks).
+// Recursive halving of the ranges [0, p) for core rank r < p = 2^k over k
+// steps: keep[t] is the range r keeps after step t, sent[t] the half it sends
+// away at step t; r ends keeping [r, r + 1) (the butterfly schedules).
+using RangeList = std::vector<std::pair<int, int>>;
+std::pair<RangeList, RangeList> halving_ranges(int r, int p, int k);
+
+// A program as text, one op per line (role, block, peer, tag; tests).
 std::string describe_program(const Program& p);
 
 }  // namespace dynamiq

@@ -17,6 +17,7 @@
 #include "hook/collective/collective.h"
 #include "hook/transport/inproc_transport.h"
 #include "hook/transport/staging_transport.h"
+#include "hook/torch/registry_bindings.h"
 #include "hook/torch/torch_c10d_transport.h"
 #ifdef DYNAMIQ_WITH_CUDA
 #include <c10/cuda/CUDAGuard.h>
@@ -231,7 +232,7 @@ py::dict run_on_group(Collective kind, std::optional<at::Tensor> tensor, std::op
     }
   }
   CallStats s;
-  bool ordered = false, one_part = false;
+  bool ordered = false, one_part = false, host_staged = false;
   {
     py::gil_scoped_release no_gil;
 #ifdef DYNAMIQ_WITH_CUDA
@@ -250,13 +251,19 @@ py::dict run_on_group(Collective kind, std::optional<at::Tensor> tensor, std::op
       stream_scope.emplace(c10::cuda::getCurrentCUDAStream().stream());
     }
 #endif
-    // CUDA buffers staged through page-locked host memory over the group's
-    // CPU backend (Gloo): the group has no CUDA backend, or the config asks
-    // for it (several processes on one GPU). See staging_transport.h.
-    const bool staged = staging && dev.is_cuda();
-    C10dTransport inner = C10dTransport::from_group_name(
-        group_name, staged ? c10::Device(c10::kCPU) : tensor && dev.is_cuda() ? tensor->device() : dev,
-        ordered_posting_env());
+    // The transport entry for the group's backends and the buffers' device
+    // (transport_factory.h): Gloo for CPU buffers, NCCL for CUDA ones, or CUDA
+    // buffers staged through page-locked host memory over the group's CPU
+    // backend (Gloo): the group has no CUDA backend, or the config asks for it
+    // (several processes on one GPU; staging_transport.h). Other backends are
+    // refused here, on every rank alike.
+    const c10::intrusive_ptr<c10d::ProcessGroup> pg = C10dTransport::resolve(group_name);
+    const TransportEntry& entry =
+        choose_transport(C10dTransport::backends_of(*pg), dev.is_cuda() ? "cuda" : "cpu", staging);
+    const bool staged = entry.host_staging;
+    host_staged = staged;
+    C10dTransport inner(pg, staged ? c10::Device(c10::kCPU) : tensor && dev.is_cuda() ? tensor->device() : dev,
+                        entry, ordered_posting_env());
     std::optional<StagingTransport> staged_tr;
 #ifdef DYNAMIQ_WITH_CUDA
     if (staged) staged_tr.emplace(inner, staging_pool(guard ? int(guard->current_device().index()) : 0));
@@ -273,7 +280,7 @@ py::dict run_on_group(Collective kind, std::optional<at::Tensor> tensor, std::op
   if (timeline) d["timeline"] = timeline_dict(tl);
   d["ordered_posting"] = ordered;  // posted as for NCCL (see C10dTransport)
   d["one_part_messages"] = one_part;  // two-part (lossless) messages sent as one (Gloo)
-  d["host_staging"] = staging && dev.is_cuda();  // CUDA buffers staged through host memory
+  d["host_staging"] = host_staged;  // CUDA buffers staged through host memory
   return d;
 }
 
@@ -525,6 +532,7 @@ py::list mode_info() {
     m["name"] = e.name;
     m["id"] = int(e.id);
     m["exact"] = mode_is_exact(e.id);
+    m["builtin"] = e.builtin;
     m["params"] = params;
     out.append(m);
   }
@@ -571,10 +579,7 @@ PYBIND11_MODULE(_C, m) {
           })
       .def_property(
           "topology", [](const CollectiveConfig& c) { return int(c.topology); },
-          [](CollectiveConfig& c, int v) {
-            DQ_CHECK(v >= 0 && v <= 3, "dynamiq: topology id must be in [0, 3]");
-            c.topology = Topology(v);
-          })
+          [](CollectiveConfig& c, const py::object& v) { c.topology = topology_of(v); })
       .def_readwrite("seed", &CollectiveConfig::seed)
       .def("set_param", &set_param, py::arg("name"), py::arg("value"),
            "Sets a parameter of the config's codec mode (auto_lossy's for mode auto: set mode and "
@@ -608,8 +613,7 @@ PYBIND11_MODULE(_C, m) {
       "validate_config",
       [](const CollectiveConfig& c) {
         make_scheme(c.codec_mode(), c.params);
-        if (c.topology == Topology::kHierarchical)
-          DQ_CHECK(make_scheme(c.intra_mode, ParamSet())->exact(), "intra_mode must be an exact mode (none or lossless)");
+        if (const TopologyDef& t = topology_def(c.topology); t.validate) t.validate(c);
       },
       py::arg("config"),
       "Builds the mode's scheme from the config once and discards it: raises DynamiqError for a "
@@ -669,6 +673,7 @@ PYBIND11_MODULE(_C, m) {
         py::arg("seq"), py::arg("timeout_s") = 300.0, py::arg("timeline") = false,
         "Runs the same collective over an in-process transport, one tensor per simulated "
         "rank, in place. Returns each rank's statistics.");
+  bind_topologies_and_transports(m);  // registry_bindings.cc
   m.def(
       "lossless_stats",
       [](const at::Tensor& t, int64_t block_bytes) {
@@ -760,7 +765,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("mode_is_exact", [](const std::string& name) { return mode_is_exact(mode_id(name)); }, py::arg("name"),
         "True for a registered mode whose result is exact (Scheme::exact: none, lossless).");
   m.def("mode_info", &mode_info,
-        "Every registered mode, by id: {name, id, exact, params: [{name, type, default, doc, allowed, "
+        "Every registered mode, by id: {name, id, exact, builtin, params: [{name, type, default, doc, allowed, "
         "lo, hi, lo_open, integral, also, choices, size, fingerprint}]} (kernels/params.h).");
   m.def(
       "dynamiq_sg_bytes",

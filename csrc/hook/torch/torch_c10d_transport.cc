@@ -52,28 +52,20 @@ class WorkRequest final : public Request {
 
 }  // namespace
 
-C10dTransport::C10dTransport(c10::intrusive_ptr<c10d::ProcessGroup> pg, c10::Device device, bool ordered)
-    : pg_(std::move(pg)), device_(device), rank_(pg_->getRank()), size_(pg_->getSize()) {
-  if (device_.is_cuda()) {
-    try {
-      coalesce_ = pg_->getBackend(c10::DeviceType::CUDA)->supportsCoalescing();
-    } catch (const std::exception& e) {
-      throw Error(std::string("dynamiq: the process group has no backend for CUDA tensors (use NCCL): ") + e.what());
-    }
-    ordered = true;  // NCCL matches in posting order
-  }
-  ordered_ = ordered;
-  // Gloo completes a receive with any message up to its size.
-  if (device_.is_cpu() && !ordered_) {
-    try {
-      shorter_ = pg_->getBackend(c10::DeviceType::CPU)->getBackendName() == "gloo";
-    } catch (const std::exception&) {
-      // no CPU backend: exact sizes
-    }
-  }
+C10dTransport::C10dTransport(c10::intrusive_ptr<c10d::ProcessGroup> pg, c10::Device device,
+                             const TransportEntry& entry, bool ordered)
+    : pg_(std::move(pg)),
+      device_(device),
+      rank_(pg_->getRank()),
+      size_(pg_->getSize()),
+      ordered_(ordered || entry.semantics.ordered),
+      shorter_(entry.semantics.shorter_receives),
+      coalesce_(entry.coalesced) {
+  DQ_CHECK(device_.is_cuda() == (entry.device == "cuda" && !entry.host_staging),
+           "dynamiq: transport entry " + entry.describe() + " used for buffers on " + device_.str());
 }
 
-C10dTransport C10dTransport::from_group_name(const std::string& name, c10::Device device, bool ordered) {
+c10::intrusive_ptr<c10d::ProcessGroup> C10dTransport::resolve(const std::string& name) {
   c10::intrusive_ptr<c10d::ProcessGroup> pg;
   try {
     pg = c10d::resolve_process_group(name);
@@ -81,7 +73,19 @@ C10dTransport C10dTransport::from_group_name(const std::string& name, c10::Devic
     throw Error("dynamiq: cannot resolve process group '" + name + "': " + e.what());
   }
   if (!pg) throw Error("dynamiq: process group '" + name + "' not found");
-  return C10dTransport(pg, device, ordered);
+  return pg;
+}
+
+GroupBackends C10dTransport::backends_of(c10d::ProcessGroup& pg) {
+  GroupBackends out;
+  for (const auto& [type, name] : {std::pair{c10::DeviceType::CPU, "cpu"}, std::pair{c10::DeviceType::CUDA, "cuda"}}) {
+    try {
+      out[name] = pg.getBackend(type)->getBackendName();
+    } catch (const std::exception&) {
+      // no backend for that device type
+    }
+  }
+  return out;
 }
 
 // Coalesced groups start at their first operation (an empty group would make

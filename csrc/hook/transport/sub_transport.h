@@ -15,7 +15,7 @@ namespace dynamiq {
 
 class SubTransport final : public Transport {
  public:
-  // Above every schedule tag (< 2^30, schedule.cc) and fits an int.
+  // Above every schedule tag (< 2^30, make_program in schedule.cc) and fits an int.
   static constexpr uint32_t kSubAllreduceTag = (1u << 30) + 17;
 
   // `members` (distinct parent ranks, the parent's rank among them) in view order.

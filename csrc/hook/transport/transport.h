@@ -1,9 +1,12 @@
 // Point-to-point byte transport under the collective driver. Two
-// implementations: C10dTransport (send/recv on a c10d::ProcessGroup: Gloo on
-// CPU, NCCL on GPU) and InprocTransport (threads in one process, for
-// dynamiq.simulate and the GoogleTest schedules). The driver only ever talks
-// to this interface, so a simulated run sends exactly the bytes a real run
-// sends.
+// implementations move bytes: C10dTransport (send/recv on a
+// c10d::ProcessGroup: Gloo on CPU, NCCL on GPU; which one, and how it matches
+// messages, from transport_factory.h) and InprocTransport (threads in one
+// process, for dynamiq.simulate and the GoogleTest schedules). Three wrap
+// another transport: StagingTransport (device buffers through host memory),
+// SubTransport (a sub-group's view, hierarchical.h) and FaultTransport
+// (injected failures, tests). The driver only ever talks to this interface,
+// so a simulated run sends exactly the bytes a real run sends.
 #pragma once
 
 #include <cstddef>
@@ -35,6 +38,17 @@ class DoneRequest final : public Request {
  public:
   void wait() override {}
   bool test() override { return true; }
+};
+
+// How a backend matches messages: what the executor's posting relies on
+// (Transport::posts_in_order, accepts_shorter_messages). Declared per
+// transport entry (transport_factory.h) for the c10d backends.
+struct MessageSemantics {
+  // Operations match in posting order and tags are ignored (NCCL).
+  bool ordered = false;
+  // A receive posted for more bytes completes with a shorter message (Gloo);
+  // else receives are posted for the exact size.
+  bool shorter_receives = false;
 };
 
 class Transport {

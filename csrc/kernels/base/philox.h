@@ -3,7 +3,7 @@
 // counter) always gives the same four words, so every rank and every kernel
 // (CPU or CUDA) can draw the random number of an element without state.
 //
-// Key schedule for dynamiq (DESIGN.md): key = (user seed, collective sequence
+// Key schedule for dynamiq (make_rng_key below): key = (user seed, collective sequence
 // number) mixed with a stream id; counter = (element or group index, purpose,
 // rank or 0 for shared randomness, 0).
 #pragma once

@@ -349,7 +349,9 @@ inline int64_t wire_from(const Plan& plan, const Block& b, int64_t w) {
 
 DynamiqCodec::DynamiqCodec(const DynamiqParams& p) : p_(p), tables_(p) {}
 
-size_t DynamiqCodec::check_block(const Plan& plan, const Block& b) const {
+void DynamiqCodec::check_plan(const Plan& plan) const {
+  const PlanKey key = plan_key(plan);
+  if (checked_.contains(key)) return;
   const DynamiqFormat& f = p_.fmt;
   DQ_CHECK(plan.unit == f.S, "dynamiq codec: plan.unit (" + std::to_string(plan.unit) +
                                  ") differs from the super-group size S (" + std::to_string(f.S) +
@@ -361,21 +363,27 @@ size_t DynamiqCodec::check_block(const Plan& plan, const Block& b) const {
            "dynamiq codec: plan.order has the wrong size");
   DQ_CHECK(plan.wire_offset.size() == size_t(plan.num_units) + 1,
            "dynamiq codec: plan.wire_offset has the wrong size");
-  DQ_CHECK(b.w0 >= 0 && b.w0 <= b.w1 && b.w1 <= plan.num_units, "dynamiq codec: block out of range");
-  int64_t bytes = 0;
-  for (int64_t w = b.w0; w < b.w1; ++w) {
+  DQ_CHECK(plan.bias.empty() || plan.bias.size() == size_t(plan.num_units),
+           "dynamiq codec: plan.bias has the wrong size");
+  int64_t sg_bytes[256];  // by width; -1: not a width
+  for (int bits = 0; bits < 256; ++bits) sg_bytes[bits] = dynamiq_width_index(bits) >= 0 ? dynamiq_sg_bytes(bits, f) : -1;
+  const int64_t* off = plan.wire_offset.data();
+  for (int64_t w = 0; w < plan.num_units; ++w) {
     const int64_t src = plan.src_unit(w);
     DQ_CHECK(src >= 0 && src < plan.num_units, "dynamiq codec: plan.order entry out of range");
     const int bits = plan.bits[size_t(src)];
-    DQ_CHECK(dynamiq_width_index(bits) >= 0,
-             "dynamiq codec: width " + std::to_string(bits) + " is not one of 1, 2, 4, 8, 16");
-    const int64_t sg = dynamiq_sg_bytes(bits, f);
-    DQ_CHECK(plan.wire_offset[size_t(w) + 1] - plan.wire_offset[size_t(w)] == sg,
-             "dynamiq codec: plan.wire_offset disagrees with plan.bits at wire position " +
-                 std::to_string(w) + " (fill it with dynamiq_fill_wire_offsets)");
-    bytes += sg;
+    DQ_CHECK(sg_bytes[bits] >= 0, "dynamiq codec: width " + std::to_string(bits) + " is not one of 1, 2, 4, 8, 16");
+    DQ_CHECK(off[w + 1] - off[w] == sg_bytes[bits],
+             "dynamiq codec: plan.wire_offset disagrees with plan.bits at wire position " + std::to_string(w) +
+                 " (fill it with dynamiq_fill_wire_offsets)");
   }
-  return size_t(bytes);
+  checked_.insert(key);
+}
+
+size_t DynamiqCodec::check_block(const Plan& plan, const Block& b) const {
+  check_plan(plan);
+  DQ_CHECK(b.w0 >= 0 && b.w0 <= b.w1 && b.w1 <= plan.num_units, "dynamiq codec: block out of range");
+  return size_t(plan.wire_offset[size_t(b.w1)] - plan.wire_offset[size_t(b.w0)]);
 }
 
 size_t DynamiqCodec::static_bytes(const Plan& plan, const Block& b) const {

@@ -48,6 +48,7 @@
 #include "kernels/codec.h"
 #include "kernels/dynamiq/dynamiq_format.h"
 #include "kernels/dynamiq/dynamiq_math.h"
+#include "kernels/plan_key.h"
 
 namespace dynamiq {
 
@@ -131,10 +132,15 @@ class DynamiqCodec final : public Codec {
                                     const Block& b, const Output& y) const override;
 
  private:
-  // Checks the plan against the format for block b; returns the block's bytes.
+  // Checks the whole plan against the format, once per plan (its PlanKey):
+  // unit, sizes, and per wire position the source unit, its width and bytes.
+  void check_plan(const Plan& plan) const;
+  // check_plan, then block b against the plan's size (O(1) once the plan is
+  // checked); returns the block's bytes.
   size_t check_block(const Plan& plan, const Block& b) const;
   DynamiqParams p_;
   DynamiqTables tables_;
+  SeenPlans<4> checked_;  // the plans check_plan passed
 };
 
 // The rounding context of a compression call (builds the permutation table

@@ -800,6 +800,17 @@ bool async_streams() {
   return async_flag();
 }
 
+static bool g_skip_kernels = false;  // set_skip_kernels
+
+bool set_skip_kernels(bool on) {
+  const auto held = lock();
+  const bool prev = g_skip_kernels;
+  g_skip_kernels = on;
+  return prev;
+}
+
+bool skip_kernels_locked() { return g_skip_kernels; }
+
 bool set_memory_pools_supported(bool on) {
   const auto held = lock();
   const bool prev = g_pools_supported;

@@ -304,6 +304,12 @@ void reset_copy_counts();
 // What cudaDeviceGetAttribute(cudaDevAttrMemoryPoolsSupported) reports (default true);
 // returns the previous setting.
 bool set_memory_pools_supported(bool on);
+// While on, a launch is checked, logged and queued as usual but its grid is
+// not run when its turn comes (the kernel does nothing): for tests that time
+// the host side of calls on buckets whose emulated kernels would take minutes
+// (tests/cpp/cuda_host_cost.cu). Read at the launch; returns the previous setting.
+bool set_skip_kernels(bool on);
+bool skip_kernels_locked();  // (for the launcher, which holds the lock)
 
 // For the emulator's own tests: the order threads run between barriers
 // (default: DYNAMIQ_CUDA_EMU_ORDER; returns the previous one), and clearing a
@@ -328,7 +334,9 @@ struct Launcher {
     void (*k)(P...) = kernel;
     const dim3 g = grid, b = block;
     const size_t sm = smem;
-    submit(stream, [k, args, g, b, sm] {
+    const bool skip = skip_kernels_locked();
+    submit(stream, [k, args, g, b, sm, skip] {
+      if (skip) return;
       struct Ctx {
         void (*kernel)(P...);
         std::tuple<P...>* args;

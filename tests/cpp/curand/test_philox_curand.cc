@@ -50,7 +50,7 @@ TEST(PhiloxCurand, EqualsCurandsPhilox4x32_10) {
 }
 
 TEST(PhiloxCurand, TheCountersAndKeysTheCodecsUse) {
-  // the counter layout of DESIGN.md: (element or group index, purpose, rank, 0) under keys
+  // the counter layout of philox.h: (element or group index, purpose, rank, 0) under keys
   // derived from (seed, sequence, slice)
   for (uint64_t seq : {0ull, 1ull, 77ull, (1ull << 40) + 3}) {
     const RngKey key = make_rng_key(1234, seq, uint32_t(seq % 3));

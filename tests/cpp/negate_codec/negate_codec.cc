@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "kernels/identity/identity_plan_scheme.h"
+#include "kernels/registry.h"
 
 namespace dynamiq {
 namespace negate_test {
@@ -65,6 +66,10 @@ std::unique_ptr<Scheme> make_negate_scheme(const ParamSet& params) {
 std::vector<ParamDecl> negate_params() {
   return {integer_param("mask", 128, 0, 255, "the bits XORed into the top byte of every value on the wire")};
 }
+
+// The registration line: mode "negate" with an id the built-in modes do not use. (Its CUDA codec
+// registers with one line of cuda/negate_cuda_codec.cu.)
+const bool kRegistered = (register_codec("negate", Mode(200), make_negate_scheme, negate_params()), true);
 
 }  // namespace negate_test
 }  // namespace dynamiq

@@ -5,8 +5,10 @@
 // 0x80, the sign bit), is what it XORs into the top byte of every value: a
 // parameter that changes every byte on the wire but no result, so ranks that
 // disagree on it must be stopped by the fingerprint. It lives entirely in this
-// folder and is registered with one line (test_negate_codec.cc): the worked
-// example of docs/architecture.md "Adding a codec".
+// folder and is registered with one line (negate_codec.cc), its CUDA codec with
+// one more (cuda/negate_cuda_codec.cu): the worked example of
+// docs/architecture.md "Adding a codec". Python reaches it as a mode when the
+// extension is built with DYNAMIQ_TEST_CODECS=ON (scripts/setup.sh does).
 #pragma once
 
 #include <atomic>

@@ -296,7 +296,7 @@ void collective_seeds() {
     std::memcpy(c.mode_params, p.data() + 16, 8);
     c.seed = seed;
     CollectiveConfig cfg = config_of(c);
-    cfg.topology = Topology(p[6] % 3);
+    cfg.topology = topology_of(p[6]);
     cfg.min_compress_numel = 0;
     if (p[13] & 1) cfg.max_collective_bytes = 1;
     cfg.block_bytes = p[14] == 0 ? 0 : int64_t(64) << (p[14] % 12);

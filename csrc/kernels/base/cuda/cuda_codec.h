@@ -4,8 +4,8 @@
 // zero-copy views. A CUDA codec writes one function, run(), that enqueues the
 // kernels of one call; the base does the rest of each of the five calls:
 //   1. validates the call as the host codec does: static_bytes (plan and
-//      block), and for a fixed-size codec the received message's size
-//      (check_message_size);
+//      block; the plan's own checks once per plan, not per call), and for a
+//      fixed-size codec the received message's size (check_message_size);
 //   2. holds the codec's lock around run() (calls are thread-safe);
 //   3. raises Error "<name> cuda: <call>: <CUDA's message>" on a failed
 //      launch. It does not wait for the kernels (only with sync_each_call, off
@@ -149,17 +149,24 @@ class CudaCodec : public Codec {
   // finish() (../../codec.h) under the codec's lock: raise what decodes deferred.
   virtual void check_deferred() const {}
 
-  // Raises Error "<name> cuda: <what>: <CUDA's message>" unless e is cudaSuccess.
-  void check_cuda(cudaError_t e, const std::string& what) const { check(e, (name() + " cuda").c_str(), what); }
+  // Raises Error "<name> cuda: <what>: <CUDA's message>" unless e is cudaSuccess
+  // (the strings are built only then: this runs on every call).
+  void check_cuda(cudaError_t e, const char* what) const {
+    if (e != cudaSuccess) check(e, (name() + " cuda").c_str(), what);
+  }
+  void check_cuda(cudaError_t e, const std::string& what) const { check_cuda(e, what.c_str()); }
 
   const Host host_;
   const cudaStream_t stream_;
 
  private:
+  // Host work independent of the bucket and the block: the host codec checks
+  // a plan once, the first time it sees it (then each call's block: O(1)),
+  // and a device codec keeps what it uploads per plan (../../plan_key.h).
   size_t call(CodecCall& c) const {
     const size_t bytes = host_.static_bytes(c.plan, c.b);  // validates the plan and block
     if (size_ == MessageSize::kFixed) {
-      if (c.in) check_message_size(c.in_bytes, bytes, name().c_str());
+      if (c.in && c.in_bytes != bytes) check_message_size(c.in_bytes, bytes, name().c_str());
       c.out_bytes = bytes;
     }
     std::lock_guard<std::mutex> lock(mu_);

@@ -44,75 +44,88 @@ DynamiqCudaCodec::DynamiqCudaCodec(const DynamiqParams& p, void* stream, bool sy
 }
 
 DynamiqCudaCodec::~DynamiqCudaCodec() {
-  device_free(d_plan_, stream_);
-  if (h_plan_) h_retired_.push_back(h_plan_);
-  for (void* p : h_retired_) cudaFreeHost(p);  // (waits for the device, so for the last upload too)
-  if (plan_done_) cudaEventDestroy(plan_done_);
+  for (PlanSlot& s : slots_) {
+    device_free(s.d, stream_);
+    if (s.h) h_retired_.push_back(s.h);
+  }
+  for (void* p : h_retired_) cudaFreeHost(p);  // (waits for the device, so for the last uploads too)
+  for (PlanSlot& s : slots_)
+    if (s.copied) cudaEventDestroy(s.copied);
 }
 
-DevicePlan DynamiqCudaCodec::device_plan(const Plan& plan) const {
-  const bool same = host_plan_.numel == plan.numel && host_plan_.dtype == plan.dtype &&
-                    host_plan_.unit == plan.unit && host_plan_.order == plan.order && host_plan_.bits == plan.bits &&
-                    host_plan_.bias == plan.bias && host_plan_.wire_offset == plan.wire_offset && d_wire_ != nullptr;
-  if (!same) {
-    // One copy of the four arrays, packed, from page-locked memory (truly
-    // asynchronous), on the kernels' stream: no host wait. The page-locked
-    // buffer is rewritten only once its last copy is done (plan_done_),
-    // which it is by the time a later collective brings a new plan.
-    const size_t o_wire = 0, o_bias = o_wire + align8(plan.wire_offset.size() * sizeof(int64_t));
-    const size_t o_order = o_bias + align8(plan.bias.size() * sizeof(float));
-    const size_t o_bits = o_order + align8(plan.order.size() * sizeof(int32_t));
-    const size_t total = std::max<size_t>(o_bits + plan.bits.size(), 8);
-    const char* who = "dynamiq cuda";
-    if (!plan_done_) check(cudaEventCreateWithFlags(&plan_done_, cudaEventDisableTiming), who, "plan upload");
-    if (h_plan_) check(cudaEventSynchronize(plan_done_), who, "plan upload");  // done already, in practice
-    if (h_cap_ < total) {
-      // the old buffer is freed with the codec: cudaFreeHost would wait for the whole device
-      if (h_plan_) h_retired_.push_back(h_plan_);
-      h_plan_ = nullptr;
-      size_t cap = 4096;
-      while (cap < total) cap *= 2;
-      check(cudaHostAlloc(&h_plan_, cap, cudaHostAllocPortable), who, "plan upload");
-      h_cap_ = cap;
-    }
-    if (d_cap_ < total) {
-      device_free(d_plan_, stream_);
-      d_plan_ = nullptr;
-      d_cap_ = 0;
-      d_plan_ = static_cast<uint8_t*>(device_alloc(total, stream_));
-      d_cap_ = total;
-    }
-    auto* h = static_cast<uint8_t*>(h_plan_);
-    auto put = [&](size_t off, const void* src, size_t bytes) {
-      if (bytes) std::memcpy(h + off, src, bytes);
-    };
-    put(o_wire, plan.wire_offset.data(), plan.wire_offset.size() * sizeof(int64_t));
-    put(o_bias, plan.bias.data(), plan.bias.size() * sizeof(float));
-    put(o_order, plan.order.data(), plan.order.size() * sizeof(int32_t));
-    put(o_bits, plan.bits.data(), plan.bits.size());
-    check(cudaMemcpyAsync(d_plan_, h_plan_, total, cudaMemcpyHostToDevice, stream_), who, "plan upload");
-    check(cudaEventRecord(plan_done_, stream_), who, "plan upload");
-    d_wire_ = plan.wire_offset.empty() ? nullptr : reinterpret_cast<int64_t*>(d_plan_ + o_wire);
-    d_bias_ = plan.bias.empty() ? nullptr : reinterpret_cast<float*>(d_plan_ + o_bias);
-    d_order_ = plan.order.empty() ? nullptr : reinterpret_cast<int32_t*>(d_plan_ + o_order);
-    d_bits_ = plan.bits.empty() ? nullptr : d_plan_ + o_bits;
-    host_plan_ = plan;
+const DevicePlan& DynamiqCudaCodec::device_plan(const Plan& plan) const {
+  const PlanKey key = plan_key(plan);
+  PlanSlot* s = nullptr;
+  for (PlanSlot& x : slots_)
+    if (x.key == key) s = &x;
+  if (!s) {
+    s = &slots_[0];  // the least recently used (an empty one first)
+    for (PlanSlot& x : slots_)
+      if (x.last_use < s->last_use) s = &x;
+    s->key = PlanKey();
+    upload(plan, *s);
+    s->key = key;
   }
-  DevicePlan d;
+  s->last_use = ++clock_;
+  return s->view;
+}
+
+// One copy of the four arrays, packed, from page-locked memory (truly
+// asynchronous), on the kernels' stream: ordered after the kernels that read
+// the slot's previous plan, before those that read this one. No host wait but
+// for the slot's previous copy, done long before in practice (it is at least
+// a plan old).
+void DynamiqCudaCodec::upload(const Plan& plan, PlanSlot& s) const {
+  const size_t o_wire = 0, o_bias = o_wire + align8(plan.wire_offset.size() * sizeof(int64_t));
+  const size_t o_order = o_bias + align8(plan.bias.size() * sizeof(float));
+  const size_t o_bits = o_order + align8(plan.order.size() * sizeof(int32_t));
+  const size_t total = std::max<size_t>(o_bits + plan.bits.size(), 8);
+  const char* who = "dynamiq cuda";
+  if (!s.copied) check(cudaEventCreateWithFlags(&s.copied, cudaEventDisableTiming), who, "plan upload");
+  if (s.pending) check(cudaEventSynchronize(s.copied), who, "plan upload");
+  s.pending = false;
+  if (s.h_cap < total) {
+    // the old buffer is freed with the codec: cudaFreeHost would wait for the whole device
+    if (s.h) h_retired_.push_back(s.h);
+    s.h = nullptr;
+    s.h_cap = 0;
+    size_t cap = 4096;
+    while (cap < total) cap *= 2;
+    check(cudaHostAlloc(&s.h, cap, cudaHostAllocPortable), who, "plan upload");
+    s.h_cap = cap;
+  }
+  if (s.d_cap < total) {
+    device_free(s.d, stream_);  // (stream-ordered: after the kernels that read it)
+    s.d = nullptr;
+    s.d_cap = 0;
+    s.d = static_cast<uint8_t*>(device_alloc(total, stream_));
+    s.d_cap = total;
+  }
+  auto* h = static_cast<uint8_t*>(s.h);
+  auto put = [&](size_t off, const void* src, size_t bytes) {
+    if (bytes) std::memcpy(h + off, src, bytes);
+  };
+  put(o_wire, plan.wire_offset.data(), plan.wire_offset.size() * sizeof(int64_t));
+  put(o_bias, plan.bias.data(), plan.bias.size() * sizeof(float));
+  put(o_order, plan.order.data(), plan.order.size() * sizeof(int32_t));
+  put(o_bits, plan.bits.data(), plan.bits.size());
+  check(cudaMemcpyAsync(s.d, s.h, total, cudaMemcpyHostToDevice, stream_), who, "plan upload");
+  check(cudaEventRecord(s.copied, stream_), who, "plan upload");
+  s.pending = true;
+  DevicePlan& d = s.view;
   d.dtype = plan.dtype;
   d.numel = plan.numel;
   d.unit = plan.unit;
   d.num_units = plan.num_units;
-  d.order = d_order_;
-  d.bits = d_bits_;
-  d.bias = d_bias_;
-  d.wire_offset = d_wire_;
-  return d;
+  d.wire_offset = plan.wire_offset.empty() ? nullptr : reinterpret_cast<int64_t*>(s.d + o_wire);
+  d.bias = plan.bias.empty() ? nullptr : reinterpret_cast<float*>(s.d + o_bias);
+  d.order = plan.order.empty() ? nullptr : reinterpret_cast<int32_t*>(s.d + o_order);
+  d.bits = plan.bits.empty() ? nullptr : s.d + o_bits;
 }
 
 cudaError_t DynamiqCudaCodec::run(CodecCall& c) const {
   const DynamiqParams& p = host_.params();
-  const DevicePlan dp = device_plan(c.plan);
+  const DevicePlan& dp = device_plan(c.plan);
   const int64_t w0 = c.b.w0, w1 = c.b.w1;
   int err = 0;
   switch (c.op) {

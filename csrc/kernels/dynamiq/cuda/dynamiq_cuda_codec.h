@@ -5,9 +5,13 @@
 // the CPU's: tests/cpp/cuda_collective.cu runs the whole in-process
 // all-reduce (every topology) with both and compares every rank bit for bit.
 //
-// The plan's arrays are uploaded on first use and again whenever their
-// contents change (one asynchronous copy from page-locked memory). Status: compiled with nvcc in CI and run there on the CPU
-// emulation of CUDA (tests/cpp/cuda_emu); never on a GPU.
+// The plan's arrays are copied to the device once per plan (its PlanKey,
+// ../../plan_key.h: its identity, not its contents), one asynchronous copy
+// from page-locked memory, and kept for the next calls with that plan: the
+// host side of a call does not grow with the bucket. The last two plans are
+// kept (two collectives taking turns on one codec upload each plan once).
+// Status: compiled with nvcc in CI and run there on the CPU emulation of CUDA
+// (tests/cpp/cuda_emu); never on a GPU.
 #pragma once
 
 #include <memory>
@@ -16,6 +20,7 @@
 #include "kernels/base/cuda/cuda_codec.h"
 #include "kernels/dynamiq/cuda/dynamiq_kernels.h"
 #include "kernels/dynamiq/dynamiq_codec.h"
+#include "kernels/plan_key.h"
 
 namespace dynamiq {
 namespace cuda {
@@ -27,24 +32,31 @@ class DynamiqCudaCodec final : public CudaCodec<DynamiqCodec> {
   ~DynamiqCudaCodec() override;
 
  private:
+  // One plan's arrays on the device: all four in one device allocation `d`,
+  // copied from one page-locked buffer `h`, which is rewritten only once
+  // that copy is done (event `copied`).
+  struct PlanSlot {
+    PlanKey key;  // generation 0: empty
+    uint64_t last_use = 0;
+    DevicePlan view;
+    uint8_t* d = nullptr;
+    size_t d_cap = 0;
+    void* h = nullptr;
+    size_t h_cap = 0;
+    cudaEvent_t copied = nullptr;
+    bool pending = false;  // `copied` recorded after a copy from h
+  };
+  static constexpr int kPlanSlots = 2;
+
   cudaError_t run(CodecCall& c) const override;
-  // The device copy of `plan` (uploaded when it differs from the last one). Caller holds the lock.
-  DevicePlan device_plan(const Plan& plan) const;
+  // The device copy of `plan` (uploaded on the first call with it). Caller holds the lock.
+  const DevicePlan& device_plan(const Plan& plan) const;
+  void upload(const Plan& plan, PlanSlot& s) const;
 
   std::unique_ptr<DeviceTables> tables_;
-  // the last uploaded plan: host copies (to detect a change) and device arrays
-  mutable Plan host_plan_;
-  // (all four in one device allocation, d_plan_, copied from one page-locked buffer, h_plan_)
-  mutable int32_t* d_order_ = nullptr;
-  mutable uint8_t* d_bits_ = nullptr;
-  mutable float* d_bias_ = nullptr;
-  mutable int64_t* d_wire_ = nullptr;
-  mutable uint8_t* d_plan_ = nullptr;
-  mutable size_t d_cap_ = 0;
-  mutable void* h_plan_ = nullptr;
-  mutable size_t h_cap_ = 0;
+  mutable PlanSlot slots_[kPlanSlots];
+  mutable uint64_t clock_ = 0;
   mutable std::vector<void*> h_retired_;  // outgrown page-locked buffers (freed with the codec)
-  mutable cudaEvent_t plan_done_ = nullptr;
 };
 
 }  // namespace cuda
