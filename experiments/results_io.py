@@ -29,12 +29,19 @@ and from the shell for programs that print text (the C++ benchmarks):
         --part bench_kernels experiments/out/kernels.txt "build/bench/bench_kernels" [--part ...]
 
 Pass `--out experiments/out/<name>` to a script for a scratch run that leaves results/ alone.
+
+Every run records the machine's load (python/dynamiq/_load.py): `Run()` takes the "before" readings,
+each `write()` the rest; the record goes into <part>.json under run.load, its summary into the README's
+header line and the part's command line, and a run over the thresholds is marked LOADED there. The text
+parts of the C++ benchmarks take theirs from FILE.load.json, written by the wrapper that ran them
+(`python3 python/dynamiq/_load.py --json FILE.load.json -- build/bench/...`; scripts/experiment.sh).
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import importlib.util
 import json
 import os
 import platform
@@ -52,6 +59,18 @@ RESULTS = os.path.join(EXPERIMENTS, "results")
 _PART = re.compile(r"<!-- part (\S+) -->\n.*?<!-- /part \1 -->\n", re.S)
 _NOTES_FOR = re.compile(r"<!-- notes-for: (.*?) -->")
 _STALE = "_These notes were written for the run of "
+
+
+def _import_load():
+    """python/dynamiq/_load.py by its path: standard library only, while importing the dynamiq
+    package would load torch and the extension."""
+    spec = importlib.util.spec_from_file_location("dynamiq_load", os.path.join(REPO, "python", "dynamiq", "_load.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+load = _import_load()
 
 
 def machine() -> str:
@@ -123,9 +142,10 @@ def when(started: Optional[float] = None, ended: Optional[float] = None) -> str:
     return start.strftime("%Y-%m-%d %H:%M") + "-" + end.strftime(fmt) + " UTC"
 
 
-def header_line(command: str, machine_: str, date: str, commit_: str) -> str:
+def header_line(command: str, machine_: str, date: str, commit_: str, load_: Optional[dict] = None) -> str:
     """The one header line every results README starts with (also used for results converted by hand)."""
-    return f"Command: `{command}` · Machine: {machine_} · Date: {date} · Commit: {commit_}"
+    return (f"Command: `{command}` · Machine: {machine_} · Date: {date} · Commit: {commit_}"
+            + (f" · Load: {load.summary(load_)}" if load_ else ""))
 
 
 def script_command(script: str, argv: List[str]) -> str:
@@ -138,7 +158,7 @@ class Run:
     """One run of a study: where its files go and how its README is written."""
 
     def __init__(self, study: str, title: str, *, command: Optional[str] = None, script: Optional[str] = None,
-                 argv: Optional[List[str]] = None, out: Optional[str] = None):
+                 argv: Optional[List[str]] = None, out: Optional[str] = None, measure_load: bool = True):
         self.study = study
         self.title = title
         self.command = command or script_command(script, sys.argv[1:] if argv is None else argv)
@@ -147,20 +167,33 @@ class Run:
         self.machine = machine()
         self.commit = commit()
         os.makedirs(self.dir, exist_ok=True)
+        # the load before the run (its process tree: this process and the ranks it starts)
+        self.monitor = load.LoadMonitor() if measure_load else None
+        if self.monitor is not None:
+            print(f"[results] load before the run: 1-min average {self.monitor.rec['load1_before']:.2f}, other "
+                  f"processes {load._pct(self.monitor.rec.get('others_before'))} of the CPUs", flush=True)
 
     def path(self, name: str) -> str:
         """A file inside the study folder (e.g. the PNG a script saves before calling write)."""
         return os.path.join(self.dir, name)
 
-    def header(self) -> dict:
-        return {"command": self.command, "experiment": os.environ.get("DYNAMIQ_EXPERIMENT") or self.command,
-                "machine": self.machine, "date": when(self.started), "commit": self.commit}
+    def header(self, load_: Optional[dict] = None) -> dict:
+        h = {"command": self.command, "experiment": os.environ.get("DYNAMIQ_EXPERIMENT") or self.command,
+             "machine": self.machine, "date": when(self.started), "commit": self.commit}
+        if load_ is not None:
+            h["load"] = load_
+        return h
 
     def write(self, part: str, markdown: str, data: Optional[dict] = None, plot: Optional[str] = None,
-              raw: Optional[str] = None) -> str:
+              raw: Optional[str] = None, load_: Optional[dict] = None) -> str:
         """Writes <part>.json (data plus the header fields under "run"; or copies `raw`, a text file,
-        as <part>.txt) and this part's README section; returns the README's path."""
-        h = self.header()
+        as <part>.txt) and this part's README section; returns the README's path. The load record:
+        `load_` if given (a program run by the wrapper), else this run's from its start until now."""
+        if load_ is None and self.monitor is not None:
+            load_ = self.monitor.finish()
+        if load_ is not None:
+            print(load.format_record(load_, prefix="[results] "), flush=True)
+        h = self.header(load_)
         links = []
         if data is not None:
             with open(self.path(part + ".json"), "w") as f:
@@ -173,7 +206,10 @@ class Run:
             links.append(f"[{part}.txt]({part}.txt)")
         body = []
         if part != self.study or h["experiment"] != self.command:
-            body += [f"## {part}", "", f"Command: `{self.command}` ({h['date']}, {h['commit']})", ""]
+            body += [f"## {part}", "", f"Command: `{self.command}` ({h['date']}, {h['commit']}"
+                     + (f"; {load.summary(load_)}" if load_ else "") + ")", ""]
+        if load_ is not None and load_["loaded"]:
+            body += [f"**Loaded run** ({load_['why']}): not to be quoted against a target.", ""]
         if plot:
             body += [f"![{part}]({os.path.basename(plot)})", ""]
         body += [markdown.strip(), ""]
@@ -181,7 +217,7 @@ class Run:
             body += ["Raw: " + ", ".join(links), ""]
         section = f"<!-- part {part} -->\n" + "\n".join(body) + f"<!-- /part {part} -->\n"
         return update_readme(os.path.join(self.dir, "README.md"), self.title,
-                             header_line(h["experiment"], h["machine"], h["date"], h["commit"]),
+                             header_line(h["experiment"], h["machine"], h["date"], h["commit"], load_),
                              part, section, f"{h['date']} {h['commit']}")
 
 
@@ -232,9 +268,10 @@ def main(argv=None) -> None:
         p.error("--part takes NAME FILE [COMMAND]")
     os.environ.setdefault("DYNAMIQ_EXPERIMENT", args.command)
     for name, file, *cmd in args.part:
-        run = Run(args.study, args.title, command=cmd[0] if cmd else args.command, out=args.out)
+        run = Run(args.study, args.title, command=cmd[0] if cmd else args.command, out=args.out, measure_load=False)
         text = open(file).read()
-        path = run.write(name, "```\n" + text.rstrip() + "\n```", raw=file)
+        rec = json.load(open(file + ".load.json")) if os.path.exists(file + ".load.json") else None
+        path = run.write(name, "```\n" + text.rstrip() + "\n```", raw=file, load_=rec)
     print(f"[results] {path}")
 
 

@@ -31,10 +31,12 @@ case "$what" in
     cmake -S . -B build/bench -G Ninja -DDYNAMIQ_BUILD_PYTHON=OFF -DDYNAMIQ_BUILD_BENCHMARKS=ON -DDYNAMIQ_CUDA=OFF >/dev/null
     ninja -C build/bench -j2 bench_kernels bench_lossless bench_bitsplit >/dev/null
     mkdir -p experiments/out
-    build/bench/bench_kernels "$@" | tee experiments/out/kernels.txt
-    DYNAMIQ_CPU_THREADS=2 build/bench/bench_kernels 16777216 0.4 float32/mix5/ | tee experiments/out/kernels_2threads.txt
-    build/bench/bench_lossless | tee experiments/out/lossless_kernels.txt
-    build/bench/bench_bitsplit | tee experiments/out/bitsplit_kernels.txt
+    # each under the load recorder: its "# load" lines end the text, FILE.load.json goes with the part
+    L() { local out=$1; shift; $PY python/dynamiq/_load.py --json "$out.load.json" -- "$@" | tee "$out"; }
+    L experiments/out/kernels.txt build/bench/bench_kernels "$@"
+    DYNAMIQ_CPU_THREADS=2 L experiments/out/kernels_2threads.txt build/bench/bench_kernels 16777216 0.4 float32/mix5/
+    L experiments/out/lossless_kernels.txt build/bench/bench_lossless
+    L experiments/out/bitsplit_kernels.txt build/bench/bench_bitsplit
     $PY experiments/results_io.py kernels "CPU kernels against memcpy" --command "$DYNAMIQ_EXPERIMENT" \
       --part bench_kernels experiments/out/kernels.txt "build/bench/bench_kernels${*:+ $*}" \
       --part bench_kernels_2threads experiments/out/kernels_2threads.txt \

@@ -57,7 +57,7 @@ budget() { local b=$(( $(left) - ${2:-10} )); [ "$b" -gt "$1" ] && b=$1; [ "$b" 
 skip() { SKIPPED+=("$1"); log "$1: skipped ($2)"; }
 pack() {
   [ -f "$W/record.md" ] && cp "$W/record.md" "$OUT/record.md"
-  (cd "$W" && tar czf "$OUT/logs.tgz" ./*.log ./*.txt ./*.md 2>/dev/null)
+  (cd "$W" && tar czf "$OUT/logs.tgz" ./*.log ./*.txt ./*.md ./*.json 2>/dev/null)
 }
 trap 'pack' EXIT
 
@@ -196,9 +196,12 @@ elif [ "$DRY" = 1 ] && [ -x "$B/bench_cuda_emu" ]; then BENCH="$B/bench_cuda_emu
 if [ -n "$BENCH" ] && have_time 60; then
   BENCH_ARGS=${GPU_CHECK_BENCH_ARGS:-}
   [ "$HAVE_GPU" = 0 ] && BENCH_ARGS="--dry-run"
+  # under the load recorder (python/dynamiq/_load.py: load average and other processes' CPU share
+  # before, during and after; its two "# load" lines end the log, "LOADED" in the summary's line)
   # shellcheck disable=SC2086
-  timeout "$(budget 150)" "$BENCH" $BENCH_ARGS >"$W/bench_cuda.log" 2>&1
-  rc=$?; log "gpu benchmark ($(basename "$BENCH") $BENCH_ARGS): rc=$rc, targets: $(grep -c ' PASS$' "$W/bench_cuda.log") PASS, $(grep -c ' MISS$' "$W/bench_cuda.log") MISS$([ "$HAVE_GPU" = 0 ] && echo ' (emulated: no verdict)')"
+  timeout "$(budget 150)" "$PY" python/dynamiq/_load.py --json "$W/bench_cuda_load.json" -- \
+    "$BENCH" $BENCH_ARGS >"$W/bench_cuda.log" 2>&1
+  rc=$?; log "gpu benchmark ($(basename "$BENCH") $BENCH_ARGS): rc=$rc, targets: $(grep -c ' PASS$' "$W/bench_cuda.log") PASS, $(grep -c ' MISS$' "$W/bench_cuda.log") MISS$([ "$HAVE_GPU" = 0 ] && echo ' (emulated: no verdict)'); load: $(sed -n 's/^# load verdict: //p' "$W/bench_cuda.log" | tail -1 | cut -c1-120)"
   [ $rc -eq 0 ] && KERNEL_TABLE=$(cat "$W/bench_cuda.log") || FAILED=$((FAILED + 1))
   # the rows (bench_cuda.cu's header): op dtype MiB mode op ms GB/s %copy target verdict;
   # host dtype KiB mode wall_ms cpu_ms target verdict

@@ -278,7 +278,6 @@ def main(argv=None) -> None:
              else "All-reduce on loopback: dynamiq's driver against Gloo")
     run = results_io.Run(study, title, script=__file__, argv=argv, out=args.out)
     rows = []
-    load0 = os.getloadavg()[0]
     for w in args.worlds:
         rows += (benchlib.run_world_netbed(__file__, w, args, local_size=args.local_size) if args.netbed
                  else benchlib.run_world_local(rank_main, w, args))
@@ -288,7 +287,7 @@ def main(argv=None) -> None:
     if args.netbed and args.local_size:
         where = (f"netbed, two levels: {args.local_size} ranks per node, unshaped inside a node, "
                  f"{args.netbed} per rank between nodes")
-    where += f"; load average before the run {load0:.1f}, after {os.getloadavg()[0]:.1f} (2 shared cores)"
+    # (the machine's load before and after the run: the part's command line and run.load in the JSON)
     header = (f"Network: {where}. Buckets: {args.dtype}. "
               f"Time = slowest rank, median of {args.repeats} repeats; spread = (max-min)/median; "
               f"{benchlib.BUSBW_FORMULA}; speedup = Gloo's median / this row's median (same run); "

@@ -35,6 +35,7 @@ import argparse
 import dataclasses
 import faulthandler
 import itertools
+import json
 import os
 import re
 import shutil
@@ -608,6 +609,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--python", default=sys.executable, help="interpreter for SCRIPT (default this one)")
     ap.add_argument("--exec", dest="is_exec", action="store_true", help="SCRIPT is an executable, not a Python file")
     ap.add_argument("--id", dest="run_id", help="netbed id (default PID_SEQ)")
+    ap.add_argument("--load-json", help="write the run's load record (python/dynamiq/_load.py) to this file")
     ap.add_argument("script")
     ap.add_argument("args", nargs=argparse.REMAINDER)
     a = ap.parse_args(argv)
@@ -620,13 +622,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("netbed: --loopback does not shape: --rate is ignored", file=sys.stderr)
     cmd = [a.script, *a.args] if a.is_exec else [a.python, a.script, *a.args]
     tee = None if a.tee == "none" else a.tee
+    # the machine's load before and after the ranks run (printed with the summary; --load-json)
+    from experiments.results_io import load as _load
+
     try:
         with Netbed(a.world, a.rate or "1gbit", loopback=a.loopback, ingress=a.ingress, delay=a.delay,
                     subnet=a.subnet, mtu=a.mtu, run_id=a.run_id, local_size=a.local_size) as nb:
             where = "loopback" if nb.loopback else f"netbed {nb.run_id} at {format_rate(nb.rate_bps)}"
             print(f"netbed: {a.world} ranks on {where}: " + ", ".join(f"{r.rank}={r.addr}" for r in nb.ranks),
                   file=sys.stderr, flush=True)
+            mon = _load.LoadMonitor()
             res = nb.launch(cmd, timeout=a.timeout, logdir=a.logdir, stream=tee, grace=a.grace)
+            rec = mon.finish()
     except NetbedError as e:
         print(f"netbed: error: {e}", file=sys.stderr)
         return 2
@@ -637,6 +644,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"netbed: {e}; everything removed", file=sys.stderr)
         return 128 + e.signum
     print(res.summary(), file=sys.stderr)
+    print(_load.format_record(rec, prefix="netbed: "), file=sys.stderr)
+    if a.load_json:
+        with open(a.load_json, "w") as f:
+            json.dump(dict(rec, command=cmd, world=a.world, rate=a.rate or "1gbit"), f, indent=1)
     if res.ok:
         return 0
     rc = res.ranks[res.first_failure].returncode if res.first_failure is not None else 1

@@ -264,7 +264,6 @@ def main(argv=None) -> None:
     from experiments.netbed import run
     out = results_io.Run(args.study, "Overlap: the executor's timeline and the wire", script=__file__,
                          argv=argv, out=args.out)
-    load_before = os.getloadavg()
     results, rows = [], []
     for w in args.worlds:
         tmp = tempfile.mkdtemp(prefix="dynamiq-timeline-")
@@ -282,14 +281,12 @@ def main(argv=None) -> None:
             if any(tls):
                 png = out.path(f"gantt_w{w}_{slug(method)}.png")
                 draw(tls, f"{method}, {w} ranks, {args.size_mb:g} MB float32, netbed {args.netbed}", png, rate_bps)
-    load_after = os.getloadavg()
     md = table(rows)
-    md += (f"\n\nLoad average (1/5/15 min) before the run {load_before[0]:.2f}/{load_before[1]:.2f}/"
-           f"{load_before[2]:.2f}, after {load_after[0]:.2f}/{load_after[1]:.2f}/{load_after[2]:.2f}.\n\nCharts: "
+    # (the load before and after the run: the README's header line and run.load in the JSON)
+    md += ("\n\nCharts: "
            + ", ".join(f"[w{w} {m}](gantt_w{w}_{slug(m)}.png)" for w in args.worlds for m in args.methods if m != "gloo"))
     print(md)
-    readme = out.write(args.part or args.study, md, data={"rows": rows, "worlds": results,
-                                                          "load": [load_before, load_after]})
+    readme = out.write(args.part or args.study, md, data={"rows": rows, "worlds": results})
     print(readme)
 
 

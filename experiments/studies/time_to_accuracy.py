@@ -242,8 +242,11 @@ def main(argv=None) -> None:
     logs = {}
     for m in args.methods:
         print(f"== {m} (load average {loadavg()}, {time.time() - t_start:.0f} s so far)", flush=True)
+        mon = results_io.load.LoadMonitor()  # each method's own load record: a loaded row is marked
         logs[m] = run_method(m, args, data_path, argv)
+        logs[m]["load"] = mon.finish()
         logs[m]["load_after"] = loadavg()
+        print(results_io.load.format_record(logs[m]["load"]), flush=True)
     total_min = (time.time() - t_start) / 60
     load1 = loadavg()
 
@@ -253,7 +256,7 @@ def main(argv=None) -> None:
     base_time = base["wall"][-1] if "wall" in base else None
     headers = ["method", "final held-out loss", f"vs {base_name}", "final train loss (10-step mean)", "time (s)",
                f"speed-up vs {base_name}", "s/step", "bytes saved vs ring", f"to within 2% of {base_name} final",
-               "load average after"]
+               "load (before -> after, others % before/during/after)"]
     table = []
     for m, log in logs.items():
         if "error" in log:
@@ -268,7 +271,8 @@ def main(argv=None) -> None:
                       f"{total:.1f}", f"{base_time / total:.2f}x" if base_time else "-",
                       f"{total / len(log['wall']):.3f}",
                       f"{100 * sum(saved) / len(saved):.1f}%" if saved else "-",
-                      f"step {t2[0]}, {t2[1]:.0f} s" if t2 else "not reached", log.get("load_after", "?")])
+                      f"step {t2[0]}, {t2[1]:.0f} s" if t2 else "not reached",
+                      results_io.load.summary(log["load"]) if "load" in log else log.get("load_after", "?")])
     where = "loopback (unshaped)" if args.loopback else f"netbed, {args.rate} links"
     nparams = next((l["params"] for l in logs.values() if "params" in l), 0)
     md = (f"{args.world} ranks, {where}; Llama d={args.d} x {args.layers} layers, {args.heads} heads, MLP "

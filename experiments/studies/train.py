@@ -165,15 +165,18 @@ def main(argv=None) -> None:
     logs = {}
     for m in args.methods:
         print(f"== {m}", flush=True)
+        mon = results_io.load.LoadMonitor()  # each method's own load record: a loaded row is marked
         logs[m] = run_method(m, args)
+        logs[m]["load"] = mon.finish()
+        print(results_io.load.format_record(logs[m]["load"]), flush=True)
     base = logs.get("uncompressed")
     base_final = base["eval"][-1][2] if base and "eval" in base else None
     headers = ["method", "final held-out loss", "vs uncompressed", "time (s)", "s/step",
-               "to within 5% of uncompressed final", "to within 1%"]
+               "to within 5% of uncompressed final", "to within 1%", "load"]
     table = []
     for m, log in logs.items():
         if "error" in log:
-            table.append([m, "failed: " + log["error"][:120]] + [""] * 5)
+            table.append([m, "failed: " + log["error"][:120]] + [""] * 6)
             continue
         fin = log["eval"][-1][2]
         total = log["wall"][-1]
@@ -182,7 +185,8 @@ def main(argv=None) -> None:
         table.append([m, f"{fin:.4f}", f"{100 * (fin / base_final - 1):+.2f}%" if base_final else "-",
                       f"{total:.1f}", f"{total / len(log['wall']):.3f}",
                       f"step {t5[0]}, {t5[1]:.0f} s" if t5 else "not reached",
-                      f"step {t1[0]}, {t1[1]:.0f} s" if t1 else "not reached"])
+                      f"step {t1[0]}, {t1[1]:.0f} s" if t1 else "not reached",
+                      results_io.load.summary(log["load"]) if "load" in log else "?"])
     where = "loopback (unshaped)" if args.loopback else f"netbed, {args.rate} links"
     nparams = next((l["params"] for l in logs.values() if "params" in l), 0)
     wire = []

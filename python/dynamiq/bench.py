@@ -44,7 +44,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch  # noqa: F401  (loads libtorch before the extension)
 
-from . import _C
+from . import _C, _load
 
 PROG = "python -m dynamiq.bench"
 DYNAMIQ_MODES = tuple(_C.available_modes())  # the codec registry's list
@@ -204,7 +204,7 @@ def build_parser() -> argparse.ArgumentParser:
                    f"(default {DEFAULT_SIZES})")
     p.add_argument("--modes", default=DEFAULT_MODES, help=f"dynamiq rows, comma-separated (default {DEFAULT_MODES})")
     p.add_argument("--topologies", default="ring,butterfly", help="comma-separated, of dynamiq.available_topologies() "
-                   "(default ring,butterfly)")
+                   "(hierarchical: with --config local_size=K or under torchrun; default ring,butterfly)")
     p.add_argument("--dtype", default="float32", choices=sorted(_DTYPE_SIZE), help="bucket dtype (default float32)")
     p.add_argument("--warmup", type=int, default=2, help="untimed iterations per row (default 2)")
     p.add_argument("--iters", type=int, default=5, help="timed iterations per row; the median is reported (default 5)")
@@ -249,15 +249,26 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
             import matplotlib  # noqa: F401
         except ImportError:
             raise UsageError("--plot needs matplotlib (pip install matplotlib)") from None
-    # every Config this run will make, so that a bad bit width fails here and not inside a collective
-    from .config import Config, ConfigError
+    # every Config this run will make, so that a bad bit width fails here and not inside a collective,
+    # and what the group would refuse at the first collective (config.run_problem: a topology that
+    # does not run the collective, hierarchical without ranks per node)
+    from .config import ConfigError, run_problem, topologies
 
-    for spec in args.mode_list:
-        for topo in args.topology_list:
-            try:
-                make_config(spec, topo, args)
-            except ConfigError as e:
-                raise UsageError(f"mode {spec.label!r}: {e}") from None
+    world = args.local or int(os.environ.get("WORLD_SIZE", "0") or 0) or 2
+    for c in args.collective_list:
+        for spec in args.mode_list:
+            for topo in args.topology_list:
+                try:
+                    problem = run_problem(make_config(spec, topo, args), world, COLLECTIVES[c].api)
+                except ConfigError as e:
+                    raise UsageError(f"mode {spec.label!r}: {e}") from None
+                if problem:
+                    ok = [t for t in topologies(COLLECTIVES[c].api)
+                          if not run_problem(make_config(spec, t, args), world, COLLECTIVES[c].api)]
+                    hint = " (--config local_size=K)" if "local_size" in problem else ""
+                    raise UsageError(f"{spec.label} {c} on topology {topo!r} cannot run on {world} ranks: "
+                                     f"{problem.replace('dynamiq: ', '')}{hint}; the topologies it runs on here: "
+                                     f"{', '.join(ok) or 'none'}")
     return args
 
 
@@ -342,7 +353,7 @@ class Collective:
 
 
 class AllReduce(Collective):
-    name = "allreduce"
+    name, api = "allreduce", "all_reduce"  # (api: the collective's name in config.topology_supports)
 
     def busbw_factor(self, world: int) -> float:
         return 2.0 * (world - 1) / world
@@ -623,6 +634,10 @@ def run_rank(args: argparse.Namespace, argv: Sequence[str]) -> int:
     if args.cpu_threads is not None:
         set_cpu_threads(args.cpu_threads)
     say = rank == 0 and not args.quiet
+    # the machine's load around the run, on rank 0 over the tree of every local rank (their parent:
+    # this tool's process with --local, torchrun's agent under torchrun): printed and in --json
+    monitor = _load.LoadMonitor(root=os.getppid() if args.local or "TORCHELASTIC_RUN_ID" in os.environ
+                                else None) if rank == 0 else None
     header = table_header(args, world, backend, device)
     if say:
         print(header, flush=True)
@@ -674,13 +689,15 @@ def run_rank(args: argparse.Namespace, argv: Sequence[str]) -> int:
         if args.quiet:
             print(header)
             print("\n".join(format_row(r) for r in rows))
+        load = monitor.finish()
+        print(_load.format_record(load), flush=True)
         if inexact:
             print(f"# WARNING: {len(inexact)} exact row(s) with vNMSE != 0: " +
                   ", ".join(f"{r.label} {r.topology or ''} {r.size} B" for r in inexact), flush=True)
         payload = {"tool": PROG, "argv": list(argv), "world": world, "backend": backend, "device": str(device),
                    "dtype": args.dtype, "warmup": args.warmup, "iters": args.iters, "seed": args.seed,
                    "config_overrides": {k: list(v) if isinstance(v, tuple) else v for k, v in args.overrides.items()},
-                   "machine": machine_info(device), "time_unit": "s", "bandwidth_unit": "bytes/s",
+                   "machine": machine_info(device), "load": load, "time_unit": "s", "bandwidth_unit": "bytes/s",
                    "rows": [_row_dict(r) for r in rows]}
         if args.json:
             os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)

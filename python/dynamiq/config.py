@@ -94,6 +94,19 @@ def topology_supports(topology: str, collective: str) -> bool:
     return topology in topologies(collective)
 
 
+def run_problem(config: "Config", world: int, collective: str = "all_reduce") -> str:
+    """"" or why every rank of a group of `world` ranks would refuse `config` at its first
+    `collective` (what a tool can check before it starts any): a topology that does not run the
+    collective (topology_supports), mode "auto" outside an all-reduce, and what the C++ driver
+    refuses for the group (`_C.config_problem`: hierarchical without ranks per node, a local_size
+    that does not divide the world)."""
+    if not topology_supports(config.topology, collective):
+        return f"topology {config.topology!r} runs all-reduces only"
+    if config.mode == AUTO and collective != "all_reduce":
+        return "mode 'auto' runs all-reduces only"
+    return _C.config_problem(config._to_cpp(), int(world))
+
+
 class ConfigError(ValueError):
     """A `Config` field has a value outside its allowed range."""
 

@@ -41,6 +41,12 @@ def test_cli_bad_input_one_line_exit_2(argv, needle, tmp_path):
     (["--modes", "dynamiq:five"], "'five' is not a number"),
     (["--modes", "lossless:4"], "lossless takes no parameter"),
     (["--topologies", "ring,star"], "unknown topology 'star'"),
+    # what the group would refuse at the first collective (issue 44: ran 43 s, failed 18 of 21 rows)
+    (["--topologies", "hierarchical"], "needs the ranks per node: Config(local_size=k) or torchrun's LOCAL_WORLD_SIZE "
+                                       "(got 0) (--config local_size=K); the topologies it runs on here: ring, "
+                                       "butterfly, twostep"),
+    (["--local", "4", "--topologies", "ring,hierarchical", "--config", "local_size=3"],
+     "local_size=3 does not divide the world of 4 ranks"),
     (["--collectives", "alltoall"], "unknown collective 'alltoall'"),
     (["--config", "bogus=1"], "bad --config 'bogus=1'"),
     (["--config", "block_bytes=5"], "block_bytes=5 is invalid"),
@@ -52,6 +58,24 @@ def test_bad_input_refused_before_any_process_starts(argv, needle, capsys):
     assert bench.main(argv) == 2
     out, err = capsys.readouterr()
     assert out == "" and len(err.strip().splitlines()) == 1 and needle in err, err
+
+
+def test_hierarchical_runs_where_the_group_can(monkeypatch):
+    from dynamiq.config import Config, run_problem
+
+    # the bench asks the config module, which asks the C++ driver: what the up-front check lets
+    # through is what runs (local_size given, or torchrun's LOCAL_WORLD_SIZE)
+    args = bench.parse_args(["--local", "4", "--topologies", "hierarchical", "--config", "local_size=2"])
+    assert args.topology_list == ["hierarchical"]
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    assert bench.parse_args(["--topologies", "hierarchical"]).topology_list == ["hierarchical"]
+    monkeypatch.delenv("LOCAL_WORLD_SIZE")
+    assert "needs the ranks per node" in run_problem(Config(topology="hierarchical"), 4)
+    assert run_problem(Config(topology="hierarchical", local_size=2), 4) == ""
+    assert "all-reduces only" in run_problem(Config(topology="hierarchical", local_size=2), 4, "reduce_scatter")
+    assert "all-reduces only" in run_problem(Config(mode="auto"), 4, "all_gather")
+    assert run_problem(Config(mode="auto"), 4) == "" and run_problem(Config(topology="twostep"), 3) == ""
 
 
 def test_sizes_parse_like_nccl_tests():
@@ -117,3 +141,10 @@ def test_local_run_reports_every_row(tmp_path):
     table = [ln for ln in r.stdout.splitlines() if ln.strip() and not ln.startswith("#")]
     assert len(table) == len(rows)
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+    # the machine's load around the run (python/dynamiq/_load.py), printed and stored
+    load = data["load"]
+    for k in ("load1_before", "load1_after", "others_before", "others_during", "others_after", "cpus", "loaded",
+              "why", "load1_max", "others_max"):
+        assert k in load, k
+    assert load["own_cpu_s"] > 0 and load["seconds"] > 0  # the ranks are the tool's own tree
+    assert "# load: 1-min load average" in r.stdout and "# load verdict: " in r.stdout

@@ -66,8 +66,9 @@ void zero(const Memory* mem, void* dst, size_t bytes) {
   mem->from_host(dst, h.data(), bytes);
 }
 
-// "" or why this rank cannot run the config on `world` ranks.
-std::string config_problem(const CollectiveConfig& cfg, int world) {
+}  // namespace
+
+std::string hierarchical_config_problem(const CollectiveConfig& cfg, int world) {
   const int k = cfg.local_size;
   if (k <= 0)
     return "dynamiq: topology 'hierarchical' needs the ranks per node: Config(local_size=k) or torchrun's "
@@ -85,8 +86,6 @@ std::string config_problem(const CollectiveConfig& cfg, int world) {
   }
   return "";
 }
-
-}  // namespace
 
 CollectiveConfig hierarchical_intra_config(const CollectiveConfig& cfg) {
   CollectiveConfig c = cfg;
@@ -117,7 +116,7 @@ CallStats hierarchical_all_reduce(Transport& tr, const CollectiveConfig& cfg, co
 
   // 1. header over every rank. The allocator state differs between local
   // ranks (each plans its own shard): compared inside each inter-node ring.
-  const std::string problem = config_problem(cfg, n);
+  const std::string problem = hierarchical_config_problem(cfg, n);
   const bool null_data = a.local_error == InputError::kNone && a.numel > 0 && a.data == nullptr;
   const InputError local_error = null_data ? InputError::kOther : a.local_error;
   CallArgs h = a;
@@ -246,6 +245,7 @@ TopologyDef hierarchical_topology() {
   TopologyDef d;
   d.collectives = kAllReduceOnly;
   d.compose = hierarchical_all_reduce;
+  d.group_problem = hierarchical_config_problem;
   d.validate = [](const CollectiveConfig& cfg) {
     DQ_CHECK(make_scheme(hierarchical_intra_config(cfg))->exact(),
              "intra_mode must be an exact mode (none or lossless)");

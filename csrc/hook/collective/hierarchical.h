@@ -32,4 +32,9 @@ CallStats hierarchical_all_reduce(Transport& tr, const CollectiveConfig& cfg, co
 CollectiveConfig hierarchical_intra_config(const CollectiveConfig& cfg);
 CollectiveConfig hierarchical_inter_config(const CollectiveConfig& cfg, int local);
 
+// "" or why every rank of a group of `world` ranks refuses cfg at its first all-reduce: no ranks
+// per node (local_size 0), a local_size that does not divide the world, a lossy intra_mode, an
+// inter-node config the codec rejects. Also asked up front (Python: config.run_problem).
+std::string hierarchical_config_problem(const CollectiveConfig& cfg, int world);
+
 }  // namespace dynamiq

@@ -65,6 +65,10 @@ struct TopologyDef {
   // Optional: the topology's own config rules (Error for a config it
   // cannot run, named in the message); validate_config calls it.
   std::function<void(const CollectiveConfig& cfg)> validate;
+  // Optional: "" or why every rank of a group of `world` ranks would refuse
+  // cfg at its first collective (rules that need the world size); asked up
+  // front by tools before they start any (Python: config.run_problem).
+  std::function<std::string(const CollectiveConfig& cfg, int world)> group_problem;
 
   bool composition() const { return compose != nullptr; }
   bool runs(Collective c) const { return (collectives & collective_bit(c)) != 0; }

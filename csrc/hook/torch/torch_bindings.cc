@@ -620,6 +620,17 @@ PYBIND11_MODULE(_C, m) {
       "config the C++ codecs or allocator reject (group sizes, eps, widths, bits), so that a config "
       "that passes never fails inside a collective.");
 
+  m.def(
+      "config_problem",
+      [](const CollectiveConfig& c, int world) -> std::string {
+        const TopologyDef& t = topology_def(c.topology);
+        return t.group_problem ? t.group_problem(c, world) : std::string();
+      },
+      py::arg("config"), py::arg("world"),
+      "'' or why every rank of a group of `world` ranks would refuse the config at its first collective, "
+      "as its topology's registry entry says (hierarchical: no ranks per node, a local_size that does not "
+      "divide the world).");
+
   m.def("all_reduce", &run_all_reduce, py::arg("tensor"), py::arg("group_name"), py::arg("config"),
         py::arg("op"), py::arg("seq"), py::arg("u") = py::none(), py::arg("local_error") = 0,
         py::arg("device") = "cpu", py::arg("staging") = false, py::arg("timeline") = false,

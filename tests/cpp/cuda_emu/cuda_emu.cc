@@ -7,6 +7,18 @@
 #include <ucontext.h>
 #include <unistd.h>
 
+#if defined(__SANITIZE_ADDRESS__)
+#define DQ_EMU_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define DQ_EMU_ASAN 1
+#endif
+#endif
+#ifdef DQ_EMU_ASAN
+#include <sanitizer/asan_interface.h>
+#include <sanitizer/common_interface_defs.h>
+#endif
+
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -84,10 +96,61 @@ cudaError_t fail(cudaError_t e, const char* what) {
 
 // ---- fibers -----------------------------------------------------------------------
 
+// A switch between fibers. glibc's swapcontext saves and restores the signal mask, one system
+// call per switch: 4.3 million rt_sigprocmask calls in CudaDynamiq.KernelsBitIdenticalToCpu alone,
+// 42 of the suite's 89 CPU s in the kernel (2-core AMD guest, 2026-11-28). On x86-64 a switch is
+// what the System V ABI has a callee keep (rbx, rbp, r12-r15, the x87 and SSE control words) and the
+// stack pointer, pushed on the old stack and popped from the new one; elsewhere ucontext. Under
+// ASan each switch tells the sanitizer which stack it moves to (its fiber API), as its interceptor
+// of swapcontext did. Not with shadow stacks compiled in (-fcf-protection: __CET__ bit 2), which
+// a return to a popped address would break: glibc's swapcontext keeps them right.
+#if defined(__x86_64__) && !(defined(__CET__) && (__CET__ & 2))
+#define DQ_EMU_FAST_SWITCH 1
+struct Context {
+  void* sp = nullptr;  // where the switch that left this context pushed its registers
+};
+extern "C" void dq_emu_switch(void** save_sp, void* load_sp);
+asm(R"(
+  .text
+  .p2align 4
+  .globl dq_emu_switch
+  .hidden dq_emu_switch
+  .type dq_emu_switch, @function
+dq_emu_switch:
+  pushq %rbp
+  pushq %rbx
+  pushq %r12
+  pushq %r13
+  pushq %r14
+  pushq %r15
+  subq $16, %rsp
+  fnstcw (%rsp)
+  stmxcsr 8(%rsp)
+  movq %rsp, (%rdi)
+  movq %rsi, %rsp
+  fldcw (%rsp)
+  ldmxcsr 8(%rsp)
+  addq $16, %rsp
+  popq %r15
+  popq %r14
+  popq %r13
+  popq %r12
+  popq %rbx
+  popq %rbp
+  ret
+  .size dq_emu_switch, .-dq_emu_switch
+)");
+#else
+struct Context {
+  ucontext_t uc;
+};
+#endif
+
 enum class Wait : uint8_t { none, barrier, warp };
 
 struct Fiber {
-  ucontext_t ctx;
+  Context ctx;
+  void* fake_stack = nullptr;  // ASan's, while the fiber is switched out
   bool done = false;
   Wait wait = Wait::none;
   // at a warp operation (or a barrier: value is the predicate)
@@ -107,7 +170,10 @@ struct Pending {
 constexpr unsigned kMaxWarps = 1024 / 32;
 
 struct Block {
-  ucontext_t sched;
+  Context sched;
+  const void* sched_stack = nullptr;  // the scheduler's stack (ASan: learnt at the first switch)
+  size_t sched_stack_bytes = 0;
+  void* sched_fake_stack = nullptr;
   std::vector<Fiber> fibers;
   std::vector<char*> stacks;  // kept across launches
   unsigned current = 0;
@@ -152,11 +218,49 @@ void set_thread_index(unsigned t) {
   threadIdx = uint3{t % blockDim.x, (t / blockDim.x) % blockDim.y, t / (blockDim.x * blockDim.y)};
 }
 
+// ASan's fiber API around a switch (nothing without ASan).
+inline void asan_leaving(void** fake_stack, const void* to_stack, size_t to_bytes) {
+#ifdef DQ_EMU_ASAN
+  __sanitizer_start_switch_fiber(fake_stack, to_stack, to_bytes);
+#else
+  (void)fake_stack, (void)to_stack, (void)to_bytes;
+#endif
+}
+inline void asan_arrived(void* fake_stack, const void** from_stack, size_t* from_bytes) {
+#ifdef DQ_EMU_ASAN
+  __sanitizer_finish_switch_fiber(fake_stack, from_stack, from_bytes);
+#else
+  (void)fake_stack, (void)from_stack, (void)from_bytes;
+#endif
+}
+
+inline void raw_switch(Context& from, Context& to) {
+#ifdef DQ_EMU_FAST_SWITCH
+  dq_emu_switch(&from.sp, to.sp);
+#else
+  swapcontext(&from.uc, &to.uc);
+#endif
+}
+
+// From the scheduler into fiber t, until it waits, returns or fails.
+void enter(unsigned t);
+// From the running fiber back to the scheduler; `for_good`: it is never resumed.
+void leave(bool for_good) {
+  Block& b = block();
+  Fiber& f = b.fibers[b.current];
+  asan_leaving(for_good ? nullptr : &f.fake_stack, b.sched_stack, b.sched_stack_bytes);
+  raw_switch(f.ctx, b.sched);
+  asan_arrived(f.fake_stack, &b.sched_stack, &b.sched_stack_bytes);
+}
+
 void trampoline() {
   Block& b = block();
+  asan_arrived(nullptr, &b.sched_stack, &b.sched_stack_bytes);  // the first switch into this fiber
   b.body(b.arg);
-  b.fibers[b.current].done = true;  // returns to b.sched through uc_link
+  b.fibers[b.current].done = true;
   b.exited[b.current / 32] |= 1u << (b.current % 32);
+  leave(true);
+  std::abort();  // never resumed
 }
 
 char* stack_for(unsigned t) {
@@ -173,6 +277,42 @@ char* stack_for(unsigned t) {
     b.stacks.push_back(static_cast<char*>(m) + page_size());
   }
   return b.stacks[t];
+}
+
+// Makes fiber t start at trampoline() on its own stack at its first switch.
+void start_fiber(unsigned t) {
+  Fiber& f = block().fibers[t];
+  char* stack = stack_for(t);
+#ifdef DQ_EMU_ASAN
+  // the frames left on a reused stack (a fiber ends inside leave(), an abandoned one anywhere)
+  // keep their redzones poisoned: cleared, as ASan's swapcontext interceptor did on every switch
+  __asan_unpoison_memory_region(stack, kStackBytes);
+#endif
+#ifdef DQ_EMU_FAST_SWITCH
+  // What dq_emu_switch pops, from the lowest address: the x87 control word and MXCSR (this
+  // thread's), r15 r14 r13 r12 rbx rbp, then the address it returns to, trampoline(), whose own
+  // return address (0: it never returns) lies at the 16-aligned top as a call would leave it.
+  uint16_t fpu_cw;
+  uint32_t mxcsr;
+  asm volatile("fnstcw %0\n\tstmxcsr %1" : "=m"(fpu_cw), "=m"(mxcsr));
+  uint64_t frame[10] = {fpu_cw, mxcsr, 0, 0, 0, 0, 0, 0, reinterpret_cast<uint64_t>(&trampoline), 0};
+  char* top = stack + kStackBytes;  // (kStackBytes and the page-aligned stack: top is 16-aligned)
+  std::memcpy(top - sizeof frame, frame, sizeof frame);
+  f.ctx.sp = top - sizeof frame;
+#else
+  getcontext(&f.ctx.uc);
+  f.ctx.uc.uc_stack.ss_sp = stack;
+  f.ctx.uc.uc_stack.ss_size = kStackBytes;
+  f.ctx.uc.uc_link = nullptr;  // trampoline() never returns
+  makecontext(&f.ctx.uc, trampoline, 0);
+#endif
+}
+
+void enter(unsigned t) {
+  Block& b = block();
+  asan_leaving(&b.sched_fake_stack, stack_for(t), kStackBytes);
+  raw_switch(b.sched, b.fibers[t].ctx);
+  asan_arrived(b.sched_fake_stack, nullptr, nullptr);
 }
 
 }  // namespace
@@ -270,7 +410,7 @@ unsigned existing_lanes(unsigned w, unsigned threads) {
   std::fprintf(stderr, what, lanes);
   std::fputc('\n', stderr);
   b.failed = true;
-  swapcontext(&b.fibers[t].ctx, &b.sched);
+  leave(true);
   std::abort();  // never resumed
 }
 
@@ -424,14 +564,7 @@ bool run_block(unsigned threads, void (*body)(void*), void* arg) {
   }
   std::memset(dynamic_smem(), kFill, b.smem_bytes);
   std::memset(__start_dq_emu_shared, kFill, size_t(__stop_dq_emu_shared - __start_dq_emu_shared));
-  for (unsigned t = 0; t < threads; ++t) {
-    Fiber& f = b.fibers[t];
-    getcontext(&f.ctx);
-    f.ctx.uc_stack.ss_sp = stack_for(t);
-    f.ctx.uc_stack.ss_size = kStackBytes;
-    f.ctx.uc_link = &b.sched;
-    makecontext(&f.ctx, trampoline, 0);
-  }
+  for (unsigned t = 0; t < threads; ++t) start_fiber(t);
   const bool rev = reverse_order();
   for (;;) {
     bool ran = false;
@@ -442,7 +575,7 @@ bool run_block(unsigned threads, void (*body)(void*), void* arg) {
       ran = true;
       b.current = t;
       set_thread_index(t);
-      swapcontext(&b.sched, &f.ctx);
+      enter(t);
       if (b.failed) return false;  // the waiting fibers are abandoned (their stacks are reused)
     }
     if (ran) continue;  // lanes released by a later thread of this pass
@@ -498,7 +631,7 @@ uint64_t warp_op(WarpOp op, unsigned mask, uint64_t value, int arg, int width) {
     release(w, g);  // this lane goes on at once
   } else {
     f.wait = Wait::warp;
-    swapcontext(&f.ctx, &b.sched);
+    leave(false);
   }
   return f.result;
 }
@@ -521,7 +654,7 @@ uint64_t barrier(WarpOp kind, int predicate) {
   f.wait = Wait::barrier;
   f.op = kind;  // which of count / and / or the thread wants
   f.value = predicate != 0;
-  swapcontext(&f.ctx, &b.sched);
+  leave(false);
   return f.result;
 }
 

@@ -7,7 +7,8 @@
 // What it models:
 //   - a launch runs the grid one block after another (in linear index order, or
 //     in reverse with the threads below: a GPU orders blocks in no way); the threads of a block are
-//     fibers (ucontext) on one OS thread, each on its own stack, switched only at
+//     fibers on one OS thread, each on its own stack (switched without a system
+//     call on x86-64, by ucontext elsewhere: cuda_emu.cc), switched only at
 //     sync points: __syncthreads() (and _count/_and/_or) and the warp
 //     operations. Between sync points the threads run one after the other in
 //     index order, or in reverse order with DYNAMIQ_CUDA_EMU_ORDER=reverse: a
