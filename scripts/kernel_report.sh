@@ -72,14 +72,15 @@ rm -rf "$OUTDIR"; mkdir -p "$OUTDIR"; OUTDIR=$(cd "$OUTDIR" && pwd)
 
 # the launch configurations, as the launchers make them (on the CUDA emulation): first the GPU
 # benchmark's codec operations at its default parameters; then, for the kernels it does not reach
-# (bitsplit's decompress-accumulate, lossless zip and plain5: formats its data never picks), a few
-# emulated GPU tests (their parameters are the tests', the "from" column says which run)
+# (bitsplit's decompress-accumulate, lossless zip and plain5: formats its data never picks; the
+# reduce-scatter sink's, CudaSinkSum), a few emulated GPU tests (their parameters are the tests',
+# the "from" column says which run)
 REC=()
 if grep -q '^build bench_cuda_emu:' "$BUILD/build.ninja" 2>/dev/null; then
   ninja -C "$BUILD" bench_cuda_emu dynamiq_cuda_emu_tests >"$OUTDIR/ninja.log" 2>&1 \
     || { tail -30 "$OUTDIR/ninja.log"; die "could not build bench_cuda_emu and dynamiq_cuda_emu_tests"; }
   REC+=(--record "bench=$BUILD/bench_cuda_emu --dry-run --no-host --dtype f32,bf16")
-  REC+=(--record "tests=$BUILD/dynamiq_cuda_emu_tests --gtest_brief=1 --gtest_filter=CudaBitsplit.*:CudaLossless.GpuMessages*")
+  REC+=(--record "tests=$BUILD/dynamiq_cuda_emu_tests --gtest_brief=1 --gtest_filter=CudaBitsplit.*:CudaLossless.GpuMessages*:CudaSinkSum.*")
 else
   echo "kernel_report.sh: $BUILD has no bench_cuda_emu (configure with -DDYNAMIQ_BUILD_TESTS=ON -DDYNAMIQ_BUILD_BENCHMARKS=ON): no launch configurations, no occupancy" >&2
 fi

@@ -202,6 +202,15 @@ class Codec {
                                                   const Local& x, const Plan& plan,
                                                   const Block& b, const RngCtx& rng,
                                                   uint8_t* out) const = 0;
+  // Reduce-scatter sink of a lossy codec: y <- x + decompress(in), the sum
+  // itself written as output values (as decompress writes them: bias added
+  // back, divided, rounded to the dtype), not compressed first: no rank
+  // receives a reduce-scatter's final bytes. The default (host memory):
+  // decompress_accumulate into a float buffer of the block, then store_unit
+  // (base/unit_io.h) per unit; a codec may fuse the two. Device codecs
+  // implement it on the device (cuda/cuda_codec.h).
+  virtual void decompress_accumulate_output(const uint8_t* in, size_t in_bytes, const Local& x,
+                                            const Plan& plan, const Block& b, const Output& y) const;
   // Raises MalformedMessage if a decode since the last finish() found a
   // malformed message that it could not report at once (a device codec whose
   // kernels set a flag: reading it after each decode would make the host wait

@@ -163,6 +163,7 @@ def table(rows: list) -> str:
 
 
 KERNEL_COLORS = {"compress": "#1f77b4", "reduce-recompress": "#ff7f0e", "sink-reduce": "#d62728",
+                 "sink-sum": "#d62728",
                  "decompress": "#2ca02c", "decompress-accumulate": "#9467bd", "local-sink": "#8c564b",
                  "local-final": "#8c564b"}
 PHASE_COLORS = {"local": "#17becf", "header": "#7f7f7f", "meta": "#bcbd22", "plan": "#e377c2",

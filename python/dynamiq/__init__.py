@@ -46,11 +46,13 @@ def built_with_cuda() -> bool:
 
 
 def cpu_isa() -> str:
-    """Vector ISA the CPU kernels run with: "avx512" (AVX-512 F/BW/DQ/VL present), "avx2",
-    or "generic" (a build without the x86 kernels: the portable loops, as on aarch64).
+    """Vector ISA the CPU kernels run with: "avx2" on x86, AVX-512 CPUs included (the build has
+    no AVX-512 kernels: DynamiQ's were withdrawn until an AVX-512 machine runs them), or
+    "generic" (a build without the x86 kernels: the portable loops, as on aarch64). "avx512"
+    would name AVX-512 kernels in a build that has some.
 
-    Chosen once per process; set DYNAMIQ_CPU_ISA=avx2 before the first call to force AVX2.
-    Results are bit-identical either way.
+    Chosen once per process (DYNAMIQ_CPU_ISA=avx2 forces AVX2). Results are bit-identical
+    either way.
     """
     return str(_C.cpu_isa())
 

@@ -740,8 +740,38 @@ TEST(DynamiqRounding, ValueUniformsUseEveryHalfWordOnce) {
       }
       for (int i = 0; i < S; ++i) ++got[dq_value_word(key, kPurposeValue, 9, src, S, i)];
       ASSERT_EQ(got, want) << "S=" << S << " src=" << src;
-      EXPECT_EQ(dq_word32(key, kPurposePermutation, 0, src, S, 1),
-                dq_draw(key, uint64_t(src) * uint64_t(S / 4) + 1, kPurposePermutation, 0).v[0]);
+      EXPECT_EQ(dq_word32(key, kPurposePermutation, 0, src, S, 5),
+                dq_draw(key, uint64_t(src) * uint64_t(S / 4) + 1, kPurposePermutation, 0).v[1]);
+    }
+}
+
+// The RNG layout of README.md ("Randomness"), element by element from plain
+// Philox4x32-10 calls: element i of SG src rounds with the low (i % 8 < 4) or
+// high 16 bits of word i % 4 of value call src*S/8 + i/8, and takes word i % 4
+// of permutation call src*S/4 + i/4; group k's scale word is word k % 4 of
+// call src*ceil(G/4) + k/4. So the 8 contiguous elements of an octet share
+// one value call and two permutation calls.
+TEST(DynamiqRounding, RngLayoutIsOneCallPerOctet) {
+  const RngKey key = make_rng_key(11, 12);
+  auto call = [&](uint64_t c, uint32_t purpose, uint32_t who) {
+    return philox4x32_10(uint32_t(c), purpose, who, uint32_t(c >> 32), key.k0, key.k1);
+  };
+  for (int S : {8, 24, 256, 1024})
+    for (int64_t src : {int64_t(0), int64_t(3), (int64_t(1) << 31) + 5}) {
+      for (int i = 0; i < S; ++i) {
+        const Philox4x32 v = call(uint64_t(src) * uint64_t(S / 8) + uint64_t(i / 8), kPurposeValue, 6);
+        const uint32_t word = v.v[i % 4];
+        const uint32_t half = i % 8 < 4 ? (word & 0xffffu) : (word >> 16);
+        ASSERT_EQ(dq_value_word(key, kPurposeValue, 6, src, S, i), (half << 16) | 0x8000u)
+            << "S=" << S << " src=" << src << " i=" << i;
+        const Philox4x32 p = call(uint64_t(src) * uint64_t(S / 4) + uint64_t(i / 4), kPurposePermutation, 0);
+        ASSERT_EQ(dq_word32(key, kPurposePermutation, 0, src, S, i), p.v[i % 4]) << "S=" << S << " i=" << i;
+      }
+      const int G = S / 8 + 3;  // not a multiple of 4
+      for (int k = 0; k < G; ++k) {
+        const Philox4x32 g = call(uint64_t(src) * uint64_t((G + 3) / 4) + uint64_t(k / 4), kPurposeGroupScale, 6);
+        ASSERT_EQ(dq_group_word(key, 6, src, G, k), g.v[k % 4]) << "G=" << G << " k=" << k;
+      }
     }
 }
 
@@ -760,7 +790,7 @@ TEST(DynamiqKernels, Avx2PhiloxMatchesScalar) {
         const Philox4x32 r = philox4x32_10(uint32_t(call0 + uint64_t(k)), kPurposeValue, 3,
                                            uint32_t((call0 + uint64_t(k)) >> 32), key.k0, key.k1);
         for (int j = 0; j < 4; ++j)
-          ASSERT_EQ(w[size_t(k + j * q)], r.v[j]) << isa << " S=" << S << " k=" << k;
+          ASSERT_EQ(w[size_t(4 * k + j)], r.v[j]) << isa << " S=" << S << " k=" << k;
       }
     }
   }
@@ -768,13 +798,21 @@ TEST(DynamiqKernels, Avx2PhiloxMatchesScalar) {
 
 // dynamiq_cpu_isa() names the kernels that run: "generic" in a build without
 // AVX2 (DYNAMIQ_CPU_ARCH empty, or not x86-64: the #if defined(__AVX2__)
-// kernels are not compiled in and the scalar ones run), "avx2" or "avx512"
-// with it. This file is compiled with the kernels' -march flags, so its
+// kernels are not compiled in and the scalar ones run), "avx2" with it, or
+// "avx512" in a build with AVX-512 kernels (none at present: an AVX-512 CPU
+// runs the AVX2 ones, which this test checks on such a CPU). This file is compiled with the kernels' -march flags, so its
 // __AVX2__ is theirs. dynamiq_set_cpu_isa accepts the build's baseline (and
 // whatever it returned), rejects the other baseline and unknown names.
 TEST(DynamiqKernels, CpuIsaNamesTheKernelsCompiledIn) {
   const std::string before = dynamiq_set_cpu_isa("auto");
   const std::string isa = dynamiq_cpu_isa();
+#if defined(__AVX2__) && !defined(DQ_HAVE_AVX512)
+  // no AVX-512 kernels compiled in: AVX2 whatever the CPU, and asking for
+  // AVX-512 is refused (DYNAMIQ_CPU_ISA=avx512 picks by CPU: AVX2 too)
+  EXPECT_EQ(isa, "avx2");
+  EXPECT_THROW(dynamiq_set_cpu_isa("avx512"), Error);
+  EXPECT_EQ(dynamiq_cpu_isa(), "avx2");
+#endif
 #if defined(__AVX2__)
   EXPECT_TRUE(isa == "avx2" || isa == "avx512") << isa;
   EXPECT_EQ(dynamiq_set_cpu_isa("avx2"), isa);

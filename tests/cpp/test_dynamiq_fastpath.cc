@@ -431,7 +431,8 @@ void other_levels() {
         }
 }
 
-// The tests run under every CPU ISA this machine has (AVX2, and AVX-512 when
+// The tests run under every CPU ISA this build and machine have (AVX2 or the
+// portable kernels; AVX-512 where a build has AVX-512 kernels, none at
 // present): each ISA's kernels must equal the shared per-element functions.
 void under_every_isa(void (*body)()) {
   for (const std::string& isa : available_cpu_isas()) {

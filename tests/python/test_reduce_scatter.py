@@ -6,8 +6,10 @@ cuts with a per-shard unit, and must pad (uneven totals):
     and a float64 reference up to float32 (and the dtype's) summation order;
   - lossless is bit-identical to none, for sum and mean;
   - dynamiq at 5 bits stays under the all-reduce's vNMSE bound (derived in
-    test_modes_multiprocess.dynamiq_vnmse_bound; see `rs_vnmse_bound`) and within
-    1.25x of the all-reduce's own error on the same data (measured: 0.94-1.06x);
+    test_modes_multiprocess.dynamiq_vnmse_bound; see `rs_vnmse_bound`) and below the
+    all-reduce's own error on the same data: the owner of a shard writes its sum
+    uncompressed, n - 1 compressions against the all-reduce's n (docs/modes.md,
+    "Reduce-scatter"; before that fix the ratio was 0.94-1.06);
   - all-gather (none, lossless) is exact and in place when the input is the
     output's slot;
   - bad input on one rank (wrong output size, non-divisible input, output and
@@ -129,7 +131,7 @@ def _rs_dynamiq(rank, world):
             dynamiq.all_reduce(ar, cfg)
             v_ar = float(((ar.double() - ref) ** 2).sum() / (ref ** 2).sum())
             assert 0 < v_rs < rs_vnmse_bound(world, 5.0, topology), (topology, kind, v_rs)
-            assert v_rs < 1.25 * v_ar, (topology, kind, v_rs, v_ar)
+            assert v_rs < v_ar, (topology, kind, v_rs, v_ar)
             report[(topology, kind)] = (v_rs, v_ar)
         # a mean is the sum divided by n (same draws: same sequence number)
     return report

@@ -339,6 +339,10 @@ ExecArgs compressed_exec_args(Transport& tr, const CollectiveConfig& cfg, const 
                               uint32_t slice) {
   const int n = tr.size();
   ExecArgs ea;
+  // a reduce-scatter's sink keeps its sum as it is: n - 1 compressions per
+  // coordinate, one fewer than the all-reduce, whose owner compresses the sum
+  // for the all-gather (docs/modes.md "Reduce-scatter")
+  ea.sink_writes_sum = a.kind == Collective::kReduceScatter && !scheme.exact();
   ea.bucket = a.data;
   ea.out.bucket = output_base(a.kind, a.data, a.output, a.numel, a.dtype, tr.rank(), n);
   ea.out.bias_scale = float(n);

@@ -47,6 +47,14 @@ struct ExecArgs {
   // next block while the kernel of this one runs. Same messages, same bytes,
   // another posting order. 0: off; -1: $DYNAMIQ_SEND_AHEAD, else 2.
   int send_ahead = -1;
+  // A reduce-scatter in a lossy mode: a kRecvSink writes local + decompress(msg)
+  // to the output as it is (Codec::decompress_accumulate_output) instead of
+  // compressing that sum and decoding its own bytes. No rank receives a
+  // reduce-scatter's final bytes, so that compression would only add its error
+  // to the result (the all-reduce needs it: every rank decodes those bytes).
+  // Off for exact codecs, whose compression of the sum loses nothing but the
+  // rounding to the bucket dtype, which stays where an all-reduce does it.
+  bool sink_writes_sum = false;
 };
 
 // Tag bit marking the dynamic part of a two-part message.

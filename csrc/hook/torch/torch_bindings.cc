@@ -756,8 +756,8 @@ PYBIND11_MODULE(_C, m) {
       },
       py::arg("stream"), py::arg("device"));
   m.def("cpu_isa", [] { return dynamiq_cpu_isa(); },
-        "The vector ISA of the CPU kernels: avx512 or avx2 (env DYNAMIQ_CPU_ISA=avx2 forces AVX2), "
-        "generic in a build without AVX2 (the portable scalar kernels).");
+        "The vector ISA of the CPU kernels: avx2 on x86 (also on AVX-512 CPUs: no AVX-512 kernels are "
+        "built), generic in a build without AVX2 (the portable scalar kernels).");
   m.def("cpu_threads", [] { return dynamiq_cpu_threads(); },
         "Threads one CPU codec call may use (env DYNAMIQ_CPU_THREADS, default 1).");
   m.def("set_cpu_threads", [](int n) { return dynamiq_set_cpu_threads(n); },

@@ -5,7 +5,9 @@
 // e.g. aarch64 or DYNAMIQ_CPU_ARCH empty) and, in the x86-64 AVX2 build with
 // gcc or clang, AVX-512 (F/BW/DQ/VL) variants in separate files (*_avx512.cc,
 // the only files compiled with -mavx512*; CMake then defines
-// DYNAMIQ_AVX512_KERNELS). Which of the two runs is decided here at run time,
+// DYNAMIQ_AVX512_KERNELS). There are none at present (DynamiQ's were withdrawn
+// until an AVX-512 machine runs them), so every x86 build runs its AVX2
+// kernels, on AVX-512 CPUs too. Which of the two runs is decided here at run time,
 // once per process, from the CPU and the environment (DYNAMIQ_CPU_ISA=avx2
 // forces the baseline); tests and benchmarks may switch it. Outputs are
 // bit-identical under every ISA.

@@ -267,6 +267,21 @@ void BitsplitCodec::decompress_accumulate(const uint8_t* in, size_t in_bytes, co
   });
 }
 
+void BitsplitCodec::decompress_accumulate_output(const uint8_t* in, size_t in_bytes, const Local& x,
+                                                 const Plan& plan, const Block& b, const Output& y) const {
+  const BlockCtx c = make_ctx(format(plan.dtype), plan, b);
+  check_message_size(in_bytes, size_t(c.lay.total), "bitsplit");
+  for_each_unit(c, b, [&](Scratch& s, int64_t w) {
+    if (unit_count(c, w) == 0) return;
+    load_unit(x, plan, w, s.a.data());
+    decode_unit(c, in, w, s.b.data(), s.codes.data());
+    float* xa = s.a.data();
+    const float* xb = s.b.data();
+    for (int32_t i = 0; i < c.U; ++i) xa[i] = xa[i] + xb[i];
+    store_unit(y, plan, w, xa);
+  });
+}
+
 size_t BitsplitCodec::decompress_accumulate_recompress(const uint8_t* in, size_t in_bytes,
                                                        const Local& x, const Plan& plan,
                                                        const Block& b, const RngCtx& rng,

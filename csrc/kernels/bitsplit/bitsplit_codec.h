@@ -56,6 +56,8 @@ class BitsplitCodec final : public Codec {
   size_t decompress_accumulate_recompress(const uint8_t* in, size_t in_bytes, const Local& x,
                                           const Plan& plan, const Block& b, const RngCtx& rng,
                                           uint8_t* out) const override;
+  void decompress_accumulate_output(const uint8_t* in, size_t in_bytes, const Local& x, const Plan& plan,
+                                    const Block& b, const Output& y) const override;
 
  private:
   BitsplitParams p_;

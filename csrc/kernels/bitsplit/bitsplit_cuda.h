@@ -39,6 +39,11 @@ cudaError_t bitsplit_decompress_accumulate_cuda(const BitsplitCudaBlock& b, cons
                                                 const void* x, bool x_is_f32, float* acc, int* bad,
                                                 cudaStream_t stream);
 
+// y[i] = dtype_round((x[i] + value_i) / divisor): the reduce-scatter sink.
+cudaError_t bitsplit_decompress_accumulate_output_cuda(const BitsplitCudaBlock& b, const uint8_t* in,
+                                                       const void* x, bool x_is_f32, void* y, float divisor,
+                                                       int* bad, cudaStream_t stream);
+
 // out <- compress(x + decompress(in)), fused per group.
 cudaError_t bitsplit_decompress_accumulate_recompress_cuda(const BitsplitCudaBlock& b,
                                                            const uint8_t* in, const void* x,

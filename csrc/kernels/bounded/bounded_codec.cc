@@ -281,11 +281,14 @@ namespace dynamiq {
 // coordinate whatever the topology (ring: a chain; butterfly: the halving
 // steps, extra ranks sending once to a core rank; two-step: every rank to the
 // owner), and every message is one compression, whose error stays in the sum;
-// the sink compresses the sum once more for the all-gather, where the bytes
-// are forwarded, never recompressed. An all-gather compresses each shard once.
+// the all-reduce's sink compresses the sum once more for the all-gather, where
+// the bytes are forwarded, never recompressed; a reduce-scatter's sink keeps
+// its sum as it is (ExecArgs::sink_writes_sum). An all-gather compresses each
+// shard once.
 int bounded_compressions(int kind, int world) {
   if (world <= 1) return 0;
-  return kind == 2 ? 1 : world;
+  if (kind == 2) return 1;
+  return kind == 1 ? world - 1 : world;
 }
 
 }  // namespace dynamiq

@@ -51,9 +51,10 @@ class BoundedCodec final : public Codec {
 
 // Number of compressions whose error reaches one coordinate of a collective
 // (kind: config.h Collective) on `world` ranks, the same for every topology
-// (every partial sum compressed once per hop, the final sum
-// compressed once and forwarded as bytes): the end-to-end error of a sum is
-// at most this many times e. See README.md for the per-topology derivation.
+// (every partial sum compressed once per hop; an all-reduce's final sum
+// compressed once and forwarded as bytes, a reduce-scatter's kept as it is):
+// the end-to-end error of a sum is at most this many times e. See README.md
+// for the per-topology derivation.
 int bounded_compressions(int kind, int world);
 
 }  // namespace dynamiq

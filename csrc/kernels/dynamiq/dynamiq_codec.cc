@@ -1,8 +1,11 @@
 // The DynamiQ CPU codec: one super-group (SG) encoded or decoded stage by stage
 // (group maxima, scales, random words, strata, values), each stage's kernel
-// chosen at run time by ISA and shape among the scalar, AVX2 and AVX-512
-// files (dynamiq_cpu.h), and the Codec calls that run it over a block's SGs on
-// the CPU threads. Tables: dynamiq_tables.cc; plan helpers: dynamiq_plan.cc.
+// chosen by the build's ISA (AVX2 or portable, at compile time) and the shape
+// among the scalar and AVX2 files (dynamiq_cpu.h), and the Codec calls that
+// run it over a block's SGs on the CPU threads. No run-time ISA choice: on an
+// AVX-512 CPU the AVX2 kernels run (the AVX-512 ones were withdrawn until an
+// AVX-512 machine runs them; CHANGELOG). Tables: dynamiq_tables.cc; plan
+// helpers: dynamiq_plan.cc.
 #include "kernels/dynamiq/dynamiq_codec.h"
 
 #include <algorithm>
@@ -11,7 +14,6 @@
 #include <type_traits>
 #include <vector>
 
-#include "kernels/base/cpu_isa.h"
 #include "kernels/base/parallel.h"
 #include "kernels/base/unit_io.h"
 #include "kernels/dynamiq/dynamiq_cpu.h"
@@ -44,23 +46,18 @@ struct Ctx {
   const DqTables& tb;
   bool stochastic_scales;
   const DynamiqTables& tables;
-  CpuIsa isa;  // read once per call
 };
 
-// ---- run-time dispatch: each stage's kernel, by ISA and shape -------------------
-// The AVX2 kernels are chosen at compile time (the build's baseline), the
-// AVX-512 ones at run time (cpu_isa()); each where the shapes fit it, the
-// portable kernel otherwise.
+// ---- dispatch: each stage's kernel, by shape ---------------------------------------
+// The AVX2 kernels where the build has them (compile time: the x86-64-v3
+// baseline) and the shapes fit them, the portable kernel otherwise.
 
-// words[k + j*(S/4)] = word j of Philox call base + k, k < S/4.
-void fill_words(CpuIsa isa, const RngKey& key, uint64_t base, uint32_t purpose, uint32_t who, int S,
+// words[4k + j] = word j of Philox call base + k, k < S/4.
+void fill_words(const RngKey& key, uint64_t base, uint32_t purpose, uint32_t who, int S,
                 uint32_t* __restrict words) {
   const int q = S / 4;
   const bool no_wrap = uint64_t(uint32_t(base)) + uint64_t(q) <= (uint64_t(1) << 32);
   if (no_wrap && q % 32 == 0) {
-#if defined(DQ_HAVE_AVX512)
-    if (isa == CpuIsa::kAvx512) return avx512::fill_words(key, base, purpose, who, S, words);
-#endif
 #if defined(__AVX2__)
     return avx2::fill_words(key, base, purpose, who, S, words);
 #endif
@@ -109,16 +106,13 @@ inline const float* per_run(const float* v, int G, int s, float* buf, int& rs) {
 }
 
 // Strata of this rank for the S elements of SG src (0 when not correlated).
-void fill_strata(CpuIsa isa, const DqRounding& rd, const uint8_t* col8, int64_t src, int S,
+void fill_strata(const DqRounding& rd, const uint8_t* col8, int64_t src, int S,
                  uint32_t* __restrict sw, float* __restrict pi) {
   if (!rd.correlated) {
     for (int i = 0; i < S; ++i) pi[i] = 0.0f;
     return;
   }
-  fill_words(isa, rd.key, uint64_t(src) * uint64_t(S / 4), kPurposePermutation, 0, S, sw);
-#if defined(DQ_HAVE_AVX512)
-  if (S % 16 == 0 && isa == CpuIsa::kAvx512) return avx512::fill_strata(rd.perm, col8, S, sw, pi);
-#endif
+  fill_words(rd.key, uint64_t(src) * uint64_t(S / 4), kPurposePermutation, 0, S, sw);
 #if defined(__AVX2__)
   if (S % 8 == 0) return avx2::fill_strata(rd.perm, col8, S, sw, pi);
 #endif
@@ -128,10 +122,7 @@ void fill_strata(CpuIsa isa, const DqRounding& rd, const uint8_t* col8, int64_t 
 // Group maxima of |t| on the bit patterns (same order as the floats for
 // non-nan values; any nan or inf makes the max >= 0x7f800000); returns the
 // overall max.
-uint32_t group_max(CpuIsa isa, const float* __restrict t, int G, int s, float* __restrict gmax) {
-#if defined(DQ_HAVE_AVX512)
-  if (s == 16 && G % 16 == 0 && isa == CpuIsa::kAvx512) return avx512::group_max16(t, G, gmax);
-#endif
+uint32_t group_max(const float* __restrict t, int G, int s, float* __restrict gmax) {
 #if defined(__AVX2__)
   if (s % 8 == 0) return avx2::group_max(t, G, s, gmax);
 #endif
@@ -142,16 +133,9 @@ uint32_t group_max(CpuIsa isa, const float* __restrict t, int G, int s, float* _
 void group_scales_up(const Ctx& cx, const float* __restrict gmax, float Msg, int G,
                      uint32_t* __restrict rk, float* __restrict ik) {
   int k0 = 0;
-#if defined(DQ_HAVE_AVX512)
-  if (cx.isa == CpuIsa::kAvx512) {
-    k0 = G - G % 16;
-    avx512::group_scales_up(gmax, Msg, cx.tables.r255_rec(), k0, rk, ik);
-  }
-#endif
 #if defined(__AVX2__)
-  const int k8 = G - (G - k0) % 8;
-  avx2::group_scales_up(gmax + k0, Msg, cx.tables.r255_rec(), k8 - k0, rk + k0, ik + k0);
-  k0 = k8;
+  k0 = G - G % 8;
+  avx2::group_scales_up(gmax, Msg, cx.tables.r255_rec(), k0, rk, ik);
 #endif
   scalar::group_scales_up(gmax, Msg, cx.tb.r255, k0, G, rk, ik);
 }
@@ -201,26 +185,19 @@ void encode_codes(const Ctx& cx, const DqRounding& rd, int64_t src, Work& ws, ui
   const DqLevels& lv = cx.tb.lv[dynamiq_width_index(B)];
   uint32_t* __restrict w = ws.words.data();
   float* __restrict pi = ws.pi.data();
-  // S/8 Philox calls give S/2 words; each word's low half rounds element
-  // k < S/2 and its high half element k + S/2 (dq_value_word)
+  // S/8 Philox calls give S/2 words; call c rounds the 8 elements of octet c
+  // (dq_octet_word)
   const uint64_t value_call = uint64_t(src) * uint64_t(S / 8);
 #if defined(__AVX2__)
   if constexpr (B >= 2) {
-    // The fused AVX2 / AVX-512 value loop: reads w only when stochastic (the
-    // 16-bit words unexpanded), pi only when correlated, and one 1/normaliser
-    // per 8-element run (AVX2) or 16-element run (AVX-512, s a multiple of 16:
-    // one group per vector).
+    // The fused AVX2 value loop: reads w only when stochastic (the 16-bit
+    // words unexpanded), pi only when correlated, and one 1/normaliser per
+    // 8- or 16-element run.
     if ((S * B / 8) % 32 == 0 && s % 8 == 0) {
-      if (rd.stochastic) fill_words(cx.isa, rd.key, value_call, kPurposeValue, rd.rank, S / 2, w);
-      if (rd.correlated) fill_strata(cx.isa, rd, ws.col8, src, S, ws.swords.data(), pi);
+      if (rd.stochastic) fill_words(rd.key, value_call, kPurposeValue, rd.rank, S / 2, w);
+      if (rd.correlated) fill_strata(rd, ws.col8, src, S, ws.swords.data(), pi);
       const float* pic = rd.correlated ? pi : nullptr;
       const uint32_t* rec = cx.tables.cell_rec(dynamiq_width_index(B));
-#if defined(DQ_HAVE_AVX512)
-      if (s % 16 == 0 && cx.isa == CpuIsa::kAvx512) {
-        const float* g16 = per_run16(ws.ginv.data(), G, s, ws.grun.data());
-        return avx512::encode_values<B>(lv, rec, cx.tables.width4_regs(), rd, S, t, g16, pic, w, out);
-      }
-#endif
       int rs = 0;
       const float* gv = per_run(ws.ginv.data(), G, s, ws.grun.data(), rs);
       return avx2::encode_values<B>(lv, rec, rd, S, t, gv, rs, pic, w, out);
@@ -232,12 +209,12 @@ void encode_codes(const Ctx& cx, const DqRounding& rd, int64_t src, Work& ws, ui
   float* __restrict inv_e = ws.inv_e.data();
   broadcast_groups(ws.ginv.data(), G, s, inv_e);
   if (rd.stochastic) {
-    fill_words(cx.isa, rd.key, value_call, kPurposeValue, rd.rank, S / 2, w);
+    fill_words(rd.key, value_call, kPurposeValue, rd.rank, S / 2, w);
     expand_u16_words(S, w);
   } else {
     for (int i = 0; i < S; ++i) w[i] = 0;
   }
-  fill_strata(cx.isa, rd, ws.col8, src, S, ws.swords.data(), pi);
+  fill_strata(rd, ws.col8, src, S, ws.swords.data(), pi);
   const scalar::Passes ps{ws.a.data(), ws.p.data(), ws.j.data(), ws.codes32.data()};
   scalar::encode_values<B>(lv, rd, S, t, inv_e, pi, w, ps, out);
 }
@@ -249,7 +226,7 @@ void encode_sg(const Ctx& cx, const DqRounding& rd, int64_t src, Work& ws, uint8
   if constexpr (B == 16) {
     scalar::encode_bf16(ws.tile.data(), S, ws.h16.data(), out);
   } else {
-    const uint32_t mbits = group_max(cx.isa, ws.tile.data(), G, s, ws.gmax.data());
+    const uint32_t mbits = group_max(ws.tile.data(), G, s, ws.gmax.data());
     uint8_t* codes = encode_scales(cx, rd, src, mbits, ws, out);
     encode_codes<B>(cx, rd, src, ws, codes);
   }
@@ -282,11 +259,6 @@ void decode_sg(const Ctx& cx, const uint8_t* in, const float* __restrict base, W
 #if defined(__AVX2__)
     if constexpr (B >= 2) {
       const int nb = S / (8 / B);
-#if defined(DQ_HAVE_AVX512)
-      // one group per 16-lane vector: one scale per 16-element run, broadcast in the loop
-      if (nb % 16 == 0 && s % 16 == 0 && cx.isa == CpuIsa::kAvx512)
-        return avx512::decode_values<B>(dec, codes, S, per_run16(gsc, G, s, ws.grun.data()), base, tile);
-#endif
       if (nb % 8 == 0 && s % 8 == 0) {
         int rs = 0;
         const float* gv = per_run(gsc, G, s, ws.grun.data(), rs);
@@ -328,7 +300,7 @@ Work make_work(const DynamiqFormat& f, const DqRounding& rd) {
 }
 
 Ctx make_ctx(const DynamiqParams& p, const DynamiqTables& tables) {
-  return Ctx{p.fmt, tables.view(), p.stochastic_group_scales, tables, cpu_isa()};
+  return Ctx{p.fmt, tables.view(), p.stochastic_group_scales, tables};
 }
 
 }  // namespace
@@ -489,6 +461,29 @@ void DynamiqCodec::decompress_accumulate(const uint8_t* in, size_t in_bytes, con
   });
 }
 
+void DynamiqCodec::decompress_accumulate_output(const uint8_t* in, size_t in_bytes, const Local& x,
+                                                const Plan& plan, const Block& b, const Output& y) const {
+  check_message_size(in_bytes, check_block(plan, b), "dynamiq");
+  const Ctx cx = make_ctx(p_, tables_);
+  const int64_t ahead = prefetch_ahead(plan);
+  parallel_units(b.w0, b.w1, kMinUnitsPerThread, kUnitsPerRun, [&](UnitRuns& runs) {
+    Work ws(p_.fmt.S, p_.fmt.S / p_.fmt.s);
+    std::vector<float> local(size_t(p_.fmt.S));
+    for (int64_t u0, u1; runs.next(u0, u1);) {
+      const uint8_t* p = in + wire_from(plan, b, u0);
+      for (int64_t w = u0; w < u1; ++w) {
+        const int bits = plan.bits[size_t(plan.src_unit(w))];
+        if (w + ahead < u1) prefetch_unit(x, plan, w + ahead);
+        load_unit(x, plan, w, local.data());
+        dispatch_width(
+            bits, [&](auto B) { decode_sg<decltype(B)::value>(cx, p, local.data(), ws, ws.tile.data()); });
+        store_unit(y, plan, w, ws.tile.data());
+        p += dynamiq_sg_bytes(bits, p_.fmt);
+      }
+    }
+  });
+}
+
 size_t DynamiqCodec::decompress_accumulate_recompress(const uint8_t* in, size_t in_bytes,
                                                       const Local& x, const Plan& plan,
                                                       const Block& b, const RngCtx& rng,
@@ -533,7 +528,7 @@ size_t DynamiqCodec::decompress_accumulate_recompress(const uint8_t* in, size_t 
 void dynamiq_fill_words(const RngKey& key, uint64_t call0, uint32_t purpose, uint32_t who, int S,
                         uint32_t* words) {
   DQ_CHECK(S % 4 == 0, "dynamiq_fill_words: S must be a multiple of 4");
-  dq_cpu::fill_words(cpu_isa(), key, call0, purpose, who, S, words);
+  dq_cpu::fill_words(key, call0, purpose, who, S, words);
 }
 
 }  // namespace dynamiq

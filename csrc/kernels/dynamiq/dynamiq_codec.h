@@ -3,9 +3,9 @@
 // values with uint8 scales under a bf16 super-group scale, non-uniform
 // levels, stochastic rounding that is unbiased, correlated across ranks.
 // The math is in dynamiq_math.h; the CPU codec is dynamiq_codec.cc (per
-// super-group stages and their run-time dispatch) over the kernels of
-// dynamiq_cpu_{scalar,avx2,avx512}.cc (dynamiq_cpu.h), all bit-identical to
-// the shared functions; tables in dynamiq_tables.cc, plan helpers in
+// super-group stages and their dispatch) over the kernels of
+// dynamiq_cpu_{scalar,avx2}.cc (dynamiq_cpu.h), all bit-identical to the
+// shared functions; tables in dynamiq_tables.cc, plan helpers in
 // dynamiq_plan.cc.
 //
 // WIRE FORMAT of a block [w0, w1) of wire positions: the super-groups in wire
@@ -34,15 +34,11 @@
 // decoders check only the size (check_message_size).
 //
 // RANDOMNESS (philox.h, key = RngCtx.key from (seed, collective sequence)):
-// element i of source SG src rounds with a 16-bit uniform: the low (i < S/2)
-// or high (i >= S/2) half of word (i / (S/8)) % 4 of the Philox call with
-// call src*S/8 + i%(S/8) (counter: call's low word, kPurposeValue, rank, call's high word);
-// its shared permutation word (correlated rounding) is the whole 32-bit word
-// i / (S/4) of call src*S/4 + i%(S/4) with purpose kPurposePermutation and rank
-// word 0 (dynamiq_math.h: dq_value_word, dq_word32); stochastic group scale k (when enabled)
-// uses word k%4 of counter (src*ceil(G/4) + k/4, kPurposeGroupScale, rank, 0).
-// A rank compresses each coordinate at most once per collective, so every
-// draw is used once.
+// the layout (which Philox call and which bits round each element, make its
+// shared permutation and round each stochastic group scale) is defined in
+// README.md ("Randomness"), its per-element reference in dynamiq_math.h
+// (dq_value_word, dq_word32, dq_group_word). A rank compresses each coordinate
+// at most once per collective, so every draw is used once.
 #pragma once
 
 #include <array>
@@ -80,7 +76,6 @@ class DynamiqTables {
       cell_rec_[wi] = o.cell_rec_[wi];
     }
     r255_rec_ = o.r255_rec_;
-    w4_ = o.w4_;
   }
   DynamiqTables& operator=(const DynamiqTables& o) {
     if (this != &o) *this = DynamiqTables(o);
@@ -96,30 +91,15 @@ class DynamiqTables {
   // so a device copy can rebase the pointers (see cuda/dynamiq_kernels.h).
   const std::vector<uint8_t>& image() const { return image_; }
   // CPU-only: everything the bracket step needs per cell c, as 4 x 32 bits (one
-  // 16-byte load; the AVX2 and AVX-512 width-8 loops): with j = cell[c], (bits of level[j + 1]
+  // 16-byte load; the AVX2 width-8 loop): with j = cell[c], (bits of level[j + 1]
   // or 0x7f800000 when j = m - 1 (no step past the last bracket), bits of
   // level[j], bits of invgap[j], bits of invgap[j + 1] or 0 when j = m - 1).
   const uint32_t* cell_rec(int wi) const { return cell_rec_[wi].data(); }
   // CPU-only: r255_rec[4 r .. 4 r + 3] = (r255[max(r - 1, 0)], r255[r],
   // r255[min(r + 1, 255)], 0), r < 256: the three values the round-up group
-  // scale reads around its first guess r, in one 16-byte load (the AVX2 and
-  // AVX-512 loops).
+  // scale reads around its first guess r, in one 16-byte load (the AVX2
+  // loop).
   const float* r255_rec() const { return r255_rec_.data(); }
-  // CPU-only: width 4's bracket search as two 32-entry register tables (the
-  // AVX-512 loop looks them up with vpermt2d instead of comparing against
-  // every level), usable when its cells below 1.0 number at most 32
-  // (`ok`; true for the default eps): cell_j[c] = cell[c] and cell_next[c] =
-  // bits of level[cell[c] + 1], or INT32_MAX when cell[c] = m - 1 (no step past
-  // the last bracket); level16[j] = level[j] (j <= m), invgap16[j] = invgap[j]
-  // (j < m), zero beyond; last_cell = the last cell below 1.0 (a = 1.0 takes it:
-  // at most one level lies between its start and 1.0, so one step still suffices).
-  struct Width4Regs {
-    bool ok = false;
-    int32_t last_cell = 0;
-    int32_t cell_j[32] = {0}, cell_next[32] = {0};
-    float level16[16] = {0}, invgap16[16] = {0};
-  };
-  const Width4Regs& width4_regs() const { return w4_; }
   DqTables rebased(const uint8_t* base) const;
 
  private:
@@ -128,7 +108,6 @@ class DynamiqTables {
   DqTables view_;
   std::vector<uint32_t> cell_rec_[4];
   std::vector<float> r255_rec_;
-  Width4Regs w4_;
 };
 
 class DynamiqCodec final : public Codec {
@@ -148,6 +127,9 @@ class DynamiqCodec final : public Codec {
   size_t decompress_accumulate_recompress(const uint8_t* in, size_t in_bytes, const Local& x,
                                           const Plan& plan, const Block& b, const RngCtx& rng,
                                           uint8_t* out) const override;
+  // One pass: each SG decoded onto the local values in a tile and stored.
+  void decompress_accumulate_output(const uint8_t* in, size_t in_bytes, const Local& x, const Plan& plan,
+                                    const Block& b, const Output& y) const override;
 
  private:
   // Checks the whole plan against the format, once per plan (its PlanKey):
@@ -165,11 +147,12 @@ class DynamiqCodec final : public Codec {
 // column when the world needs one).
 DqRounding make_dynamiq_rounding(const RngCtx& rng);
 
-// (The ISA the CPU kernels run, dynamiq_cpu_isa / dynamiq_set_cpu_isa, is
-// process-wide: kernels/base/cpu_isa.h.)
+// (The CPU kernels are the build's: AVX2 in the x86-64-v3 build, the portable
+// ones otherwise; the process-wide switch of kernels/base/cpu_isa.h does not
+// change them, there being no AVX-512 DynamiQ kernels.)
 
 // The CPU kernels' random words of one SG (SIMD Philox where it applies):
-// words[k + j*(S/4)] = word j of Philox call call0 + k. For tests.
+// words[4k + j] = word j of Philox call call0 + k, k < S/4. For tests.
 void dynamiq_fill_words(const RngKey& key, uint64_t call0, uint32_t purpose, uint32_t who, int S,
                         uint32_t* words);
 

@@ -4,24 +4,22 @@
 //                                          only kernels of a build without AVX2)
 //   dq_cpu::avx2    dynamiq_cpu_avx2.cc    AVX2 + FMA (the x86-64-v3 build), and
 //                   dynamiq_cpu_avx2.h     its decode loop, inlined by the dispatcher
-//   dq_cpu::avx512  dynamiq_cpu_avx512.cc  AVX-512 F/BW/DQ/VL; the only file
-//                                          compiled with -mavx512* flags
-// dynamiq_codec.cc chooses among them per stage at run time (cpu_isa(), and
-// the shapes each variant handles, stated at its declaration below). Every
-// variant is bit-identical to the shared per-element math of dynamiq_math.h
-// (tests/cpp/test_dynamiq_fastpath.cc runs under every ISA).
+// dynamiq_codec.cc chooses between them per stage by the build's ISA (compile
+// time) and the shapes each variant handles, stated at its declaration below.
+// Every variant is bit-identical to the shared per-element math of
+// dynamiq_math.h (tests/cpp/test_dynamiq_fastpath.cc). There are no AVX-512
+// kernels: they were withdrawn (CHANGELOG; git history keeps
+// dynamiq_cpu_avx512.cc) until an AVX-512 machine runs them, and an AVX-512
+// CPU runs the AVX2 ones.
 //
-// Nothing here may give the AVX-512 file an inline function with external
-// linkage: the linker would keep one copy of it for the whole program, and
-// that copy could be the AVX-512 one. Helpers shared by the vector files are
-// therefore static (one copy per file, compiled with that file's flags), and
-// the AVX-512 file keeps everything but its entry points in an anonymous
-// namespace.
+// Helpers shared by the vector files are static (one copy per file, compiled
+// with that file's flags), so that a file compiled with other ISA flags, if
+// one comes back, cannot lend the whole program its copy of an inline
+// function with external linkage.
 #pragma once
 
 #include <cstdint>
 
-#include "kernels/base/cpu_isa.h"
 #include "kernels/base/x86_intrin.h"
 #include "kernels/dynamiq/dynamiq_codec.h"
 #include "kernels/dynamiq/dynamiq_math.h"
@@ -38,13 +36,14 @@ static inline uint16_t get_bf16(const uint8_t* p) { return uint16_t(p[0] | (uint
 // ---- portable kernels (any S, s; S a multiple of 8) -----------------------------
 namespace scalar {
 
-// words[k + j*(S/4)] = word j of Philox call base + k, k < S/4 (any counter,
-// also across a 2^32 boundary).
+// words[4k + j] = word j of Philox call base + k, k < S/4 (any counter, also
+// across a 2^32 boundary): the calls' words side by side, so the S words of
+// S/4 permutation calls are the S elements' words in element order.
 void fill_words(const RngKey& key, uint64_t base, uint32_t purpose, uint32_t who, int S,
                 uint32_t* __restrict words);
-// w[0, S/2) holds 32-bit words; afterwards w[k] = dq_u16_word(low half of
-// word k) and w[k + S/2] = dq_u16_word(high half of word k), for k in [from, S/2).
-void expand_u16_words(int S, uint32_t* __restrict w, int from = 0);
+// w[0, S/2) holds the words of S/8 value calls (fill_words); afterwards w[i]
+// is element i's rounding word, dq_octet_word(call i/8, i%8).
+void expand_u16_words(int S, uint32_t* __restrict w);
 // pi[i] = this rank's stratum for the permutation words sw[i], i < S.
 void fill_strata(const PermParams& pp, int S, const uint32_t* __restrict sw, float* __restrict pi);
 // out[k*s + i] = v[k] for i < s: the per-element copy of per-group values.
@@ -136,37 +135,6 @@ static inline __m256i insert8_epi32(F&& f) {
   b = _mm_insert_epi32(b, f(7), 3);
   return _mm256_inserti128_si256(_mm256_castsi128_si256(a), b, 1);
 }
-#endif
-
-#if defined(DQ_HAVE_AVX512)
-// ---- AVX-512 kernels (run when cpu_isa() is kAvx512) -------------------------------
-namespace avx512 {
-
-// As avx2::fill_words.
-void fill_words(const RngKey& key, uint64_t base, uint32_t purpose, uint32_t who, int S,
-                uint32_t* __restrict words);
-// S a multiple of 16.
-void fill_strata(const PermParams& pp, const uint8_t* col8, int S, const uint32_t* __restrict sw,
-                 float* __restrict pi);
-// s = 16 and G a multiple of 16.
-uint32_t group_max16(const float* __restrict t, int G, float* __restrict gmax);
-// Groups [0, G16), G16 a multiple of 16.
-void group_scales_up(const float* __restrict gmax, float Msg, const float* __restrict rrec, int G16,
-                     uint32_t* __restrict rk, float* __restrict ik);
-// avx2::encode_values on 16 lanes, for the same shapes and s a multiple of 16;
-// g16: the 1/normaliser of each run of 16 elements.
-template <int B>
-void encode_values(const DqLevels& lv, const uint32_t* __restrict recp,
-                   const DynamiqTables::Width4Regs& w4, const DqRounding& rd, int S,
-                   const float* __restrict t, const float* __restrict g16, const float* __restrict pi,
-                   const uint32_t* __restrict w, uint8_t* __restrict out);
-// avx2::decode_values on 16 lanes: nb a multiple of 16, s a multiple of 16,
-// g16 the scale of each run of 16 elements.
-template <int B>
-void decode_values(const float* __restrict dec, const uint8_t* __restrict codes, int S,
-                   const float* __restrict g16, const float* __restrict base, float* __restrict tile);
-
-}  // namespace avx512
 #endif
 
 }  // namespace dynamiq::dq_cpu

@@ -112,19 +112,30 @@ inline void swap_or_not(uint32_t n, uint32_t rank, const __m256i* w, __m256i* xo
 // iteration makes 32 code bytes from the P = 8/B vectors of 8 elements that
 // share them. gv[i >> rs]: 1/normaliser of the 8 elements from i (rs = 3 or
 // 4: one value per 8- or 16-element run; s a multiple of 8, see per_run in
-// dynamiq_codec.cc). w: the S/2 32-bit value words unexpanded (element i < S/2 takes the low half of w[i], i >= S/2
-// the high half of w[i - S/2]: dq_value_word), read when kStoch; pi (strata)
+// dynamiq_codec.cc). w: the S/2 32-bit words of the S/8 value calls, not
+// expanded (fill_words: call c's words at w[4c, 4c + 4); the vector of the 8
+// elements of octet c takes them broadcast to both 128-bit halves, the low
+// half rounding with their low 16 bits: dq_octet_word), read when kStoch; pi (strata)
 // read when kCorr. recp: DynamiqTables::cell_rec of width B (B = 8's bracket
 // search reads the cell's 16-byte record and cell[c] with plain loads: on the
 // Zen 3 guest 8-wide gathers cost more than 8 loads and inserts).
+//
+// dq_round_up is evaluated scaled by K = 1/gscale (a power of two): with
+// u = w >> gshift (an integer, gamma = u / K), the rounding compares
+// K (pi + gamma) = pi K + u (or K n - (pi K + u) for a negative value) with
+// p (n K). Bit-identical to the unscaled comparisons: pi K + u and
+// K n - (pi K + u) are integers below 2^24 (exact, as pi + gamma and
+// n - (pi + gamma) are), and p (n K) = K RN(p n) exactly unless p n is
+// subnormal, where both sides round down (pi + gamma and n - (pi + gamma) are
+// >= 2^-17 there).
 template <int B, bool kStoch, bool kCorr>
 void encode_values_t(const DqLevels& lv, const uint32_t* __restrict recp, const DqRounding& rd, int S,
                      const float* __restrict t, const float* __restrict gv, int rs,
                      const float* __restrict pi, const uint32_t* __restrict w, uint8_t* __restrict out) {
   constexpr int P = 8 / B;
   const int nb = S / P;
-  const int h = S / 2;
   const __m256i mid = _mm256_set1_epi32(0x8000), himask = _mm256_set1_epi32(int(0xffff0000u));
+  const __m256i u16shift = _mm256_setr_epi32(16, 16, 16, 16, 0, 0, 0, 0);
   const __m256i absmask = _mm256_set1_epi32(0x7fffffff);
   const __m256i one_bits = _mm256_set1_epi32(0x3f800000);
   const __m256 zero = _mm256_setzero_ps();
@@ -151,7 +162,7 @@ void encode_values_t(const DqLevels& lv, const uint32_t* __restrict recp, const 
   const __m256i clast = _mm256_set1_epi32(lv.ncells - 1);
   const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
 
-  auto code8 = [&]<bool kHi>(int i) -> __m256i {
+  auto code8 = [&](int i) -> __m256i {
     const __m256 x = _mm256_loadu_ps(t + i);
     const __m256 negm = _mm256_cmp_ps(x, zero, _CMP_LT_OQ);  // dq_sign
     const __m256 ax = _mm256_and_ps(x, _mm256_castsi256_ps(absmask));
@@ -188,15 +199,12 @@ void encode_values_t(const DqLevels& lv, const uint32_t* __restrict recp, const 
       const __m256 sm = _mm256_castsi256_ps(step);
       p = _mm256_mul_ps(_mm256_sub_ps(a, _mm256_blendv_ps(l0, next, sm)), _mm256_blendv_ps(g0, g1, sm));
     }
-    // dq_round_up, scaled by K = 1/gscale (exact: see avx512::encode_values_t)
+    // dq_round_up, scaled by K = 1/gscale (exact: see above)
     __m256 vK = halfK;
     if constexpr (kStoch) {
-      const __m256i wv =
-          !kHi ? _mm256_or_si256(
-                     _mm256_slli_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + i)), 16), mid)
-               : _mm256_or_si256(
-                     _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + i - h)), himask),
-                     mid);
+      // octet i/8's call: words w[i/2 .. i/2 + 4) in both halves
+      const __m256i wc = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + i / 2)));
+      const __m256i wv = _mm256_or_si256(_mm256_and_si256(_mm256_sllv_epi32(wc, u16shift), himask), mid);
       vK = _mm256_cvtepi32_ps(_mm256_srl_epi32(wv, gshift));
     }
     if constexpr (kCorr) vK = _mm256_fmadd_ps(_mm256_loadu_ps(pi + i), Kv, vK);
@@ -206,20 +214,17 @@ void encode_values_t(const DqLevels& lv, const uint32_t* __restrict recp, const 
     return _mm256_or_si256(j, _mm256_and_si256(_mm256_castps_si256(negm), signbit));
   };
 
-  // element i takes the low half of its word when i < h: for P >= 2 that is
-  // jp < P/2 (nb = S/P), for P = 1 the first h positions
+  // the P vectors whose codes share the code bytes [k, k + 8)
   auto codeq = [&](int k) -> __m256i {
     if constexpr (P == 1) {
-      return k < h ? code8.template operator()<false>(k) : code8.template operator()<true>(k);
+      return code8(k);
     } else if constexpr (P == 2) {
-      return _mm256_or_si256(code8.template operator()<false>(k),
-                             _mm256_slli_epi32(code8.template operator()<true>(k + nb), B));
+      return _mm256_or_si256(code8(k), _mm256_slli_epi32(code8(k + nb), B));
     } else {
       static_assert(P == 4, "widths 2, 4, 8");
-      const __m256i c01 = _mm256_or_si256(code8.template operator()<false>(k),
-                                          _mm256_slli_epi32(code8.template operator()<false>(k + nb), B));
-      const __m256i c23 = _mm256_or_si256(_mm256_slli_epi32(code8.template operator()<true>(k + 2 * nb), 2 * B),
-                                          _mm256_slli_epi32(code8.template operator()<true>(k + 3 * nb), 3 * B));
+      const __m256i c01 = _mm256_or_si256(code8(k), _mm256_slli_epi32(code8(k + nb), B));
+      const __m256i c23 = _mm256_or_si256(_mm256_slli_epi32(code8(k + 2 * nb), 2 * B),
+                                          _mm256_slli_epi32(code8(k + 3 * nb), 3 * B));
       return _mm256_or_si256(c01, c23);
     }
   };
@@ -258,16 +263,15 @@ void fill_words(const RngKey& key, uint64_t base, uint32_t purpose, uint32_t who
 }
 
 void expand_u16_words(int S, uint32_t* __restrict w) {
-  const int h = S / 2;
-  int k = 0;
+  // octet c: its call's 4 words in both halves, the low half of the vector
+  // taking their low 16 bits; from the last octet down (scalar::expand_u16_words)
   const __m256i mid = _mm256_set1_epi32(0x8000), himask = _mm256_set1_epi32(int(0xffff0000u));
-  for (; k + 8 <= h; k += 8) {
-    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + k));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(w + k + h),
-                        _mm256_or_si256(_mm256_and_si256(v, himask), mid));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(w + k), _mm256_or_si256(_mm256_slli_epi32(v, 16), mid));
+  const __m256i u16shift = _mm256_setr_epi32(16, 16, 16, 16, 0, 0, 0, 0);
+  for (int c = S / 8 - 1; c >= 0; --c) {
+    const __m256i wc = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 4 * c)));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(w + 8 * c),
+                        _mm256_or_si256(_mm256_and_si256(_mm256_sllv_epi32(wc, u16shift), himask), mid));
   }
-  scalar::expand_u16_words(S, w, k);
 }
 
 void fill_strata(const PermParams& pp, const uint8_t* col8, int S, const uint32_t* __restrict sw,

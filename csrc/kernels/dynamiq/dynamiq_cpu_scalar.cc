@@ -19,19 +19,20 @@ void fill_words(const RngKey& key, uint64_t base, uint32_t purpose, uint32_t who
   for (int k = 0; k < q; ++k) {
     const Philox4x32 r = no_wrap ? philox4x32_10(lo + uint32_t(k), purpose, who, hi, key.k0, key.k1)
                                  : dq_draw(key, base + uint64_t(k), purpose, who);
-    words[k] = r.v[0];
-    words[k + q] = r.v[1];
-    words[k + 2 * q] = r.v[2];
-    words[k + 3 * q] = r.v[3];
+    for (int j = 0; j < 4; ++j) words[4 * k + j] = r.v[j];
   }
 }
 
-void expand_u16_words(int S, uint32_t* __restrict w, int from) {
-  const int h = S / 2;
-  for (int k = from; k < h; ++k) {
-    const uint32_t v = w[k];
-    w[k + h] = dq_u16_word(v >> 16);
-    w[k] = dq_u16_word(v & 0xffffu);
+void expand_u16_words(int S, uint32_t* __restrict w) {
+  // octet c reads words [4c, 4c + 4) and writes [8c, 8c + 8): from the last
+  // octet down, no octet overwrites words a later one still reads
+  for (int c = S / 8 - 1; c >= 0; --c) {
+    uint32_t v[4];
+    for (int j = 0; j < 4; ++j) v[j] = w[4 * c + j];
+    for (int j = 0; j < 4; ++j) {
+      w[8 * c + j] = dq_u16_word(v[j] & 0xffffu);
+      w[8 * c + 4 + j] = dq_u16_word(v[j] >> 16);
+    }
   }
 }
 

@@ -28,8 +28,8 @@
 // uniform and pi the shared stratum (permutation.h); independent rounding is
 // the case n = 1, pi = 0. Negative values use 1 - u (see dq_round_up).
 // gamma is a 16-bit uniform at the cell midpoints, (h + 1/2) / 2^16 with h
-// uniform in [0, 2^16) (two per Philox word: half the generator cost of one
-// word per element). Independent rounding: P(up) = round(p * 2^16) / 2^16, so
+// uniform in [0, 2^16) (two per Philox word, eight per call: README.md,
+// "Randomness"). Independent rounding: P(up) = round(p * 2^16) / 2^16, so
 // the rounding is unbiased up to |P(up) - p| <= 2^-17 of a level gap; with n
 // strata only the stratum floor(p n) is fractional and the bound is 2^-17 / n
 // (n <= 128; up to n = 256 the midpoint bit does not fit: 2^-16 / n; beyond,
@@ -118,44 +118,60 @@ inline DqRounding make_rounding(const RngKey& key, int rank, int world, bool cor
 }
 
 // ---- random words -----------------------------------------------------------------
-// Counter = (call low 32 bits, purpose, rank or 0 for shared, call high 32 bits).
-// 32-bit words (the shared permutation word of element i, dq_word32): element i
-// of source SG `src` (S values) takes word i / (S/4) of call src*(S/4) + i % (S/4).
-// 16-bit value uniforms (private, dq_value_word): element i takes call
-// src*(S/8) + i % (S/8), word (i / (S/8)) % 4, the low half for i < S/2 and the
-// high half for i >= S/2. Group k's scale word: word k % 4 of call
-// src*ceil(G/4) + k/4.
+// The layout (which Philox call and which bits each element and group takes)
+// is defined, with the reasons for it, in README.md ("Randomness"); these
+// functions are its per-element reference. Counter = (call low 32 bits,
+// purpose, rank or 0 for shared, call high 32 bits). In short: element i of
+// source SG `src` (S values, S a multiple of 8) rounds with a 16-bit half of
+// call src*(S/8) + i/8: word (i%8)%4, the low half for i%8 < 4 and the high
+// half otherwise (dq_value_word); its shared permutation word is word i%4 of
+// call src*(S/4) + i/4 (dq_word32); group k's scale word is word k%4 of call
+// src*ceil(G/4) + k/4. A thread (or SIMD lane group) that handles the 8
+// contiguous elements of an octet draws one value call and two permutation
+// calls for them.
 
 DQ_HD Philox4x32 dq_draw(const RngKey& key, uint64_t call, uint32_t purpose, uint32_t who) {
   return philox4x32_10(uint32_t(call), purpose, who, uint32_t(call >> 32), key.k0, key.k1);
 }
 
+// Word k (0..3, known only at run time) of a Philox result, by selects: an
+// indexed read of r.v would put the result in local memory on a GPU.
+DQ_HD uint32_t dq_word_of(const Philox4x32& r, int32_t k) {
+  const uint32_t lo = (k & 1) ? r.v[1] : r.v[0];
+  const uint32_t hi = (k & 1) ? r.v[3] : r.v[2];
+  return (k & 2) ? hi : lo;
+}
+
 DQ_HD uint32_t dq_word32(const RngKey& key, uint32_t purpose, uint32_t who, int64_t src, int32_t S,
                          int32_t i) {
-  const int32_t q = S / 4;
-  const Philox4x32 r = dq_draw(key, uint64_t(src) * uint64_t(q) + uint64_t(i % q), purpose, who);
-  return r.v[i / q];
+  const Philox4x32 r = dq_draw(key, uint64_t(src) * uint64_t(S / 4) + uint64_t(i / 4), purpose, who);
+  return dq_word_of(r, i % 4);
 }
 
 // A 16-bit uniform h as the rounding word dq_round_up reads: (h << 16) | 0x8000
 // (the set bit below h puts gamma at the midpoint of h's cell).
 DQ_HD uint32_t dq_u16_word(uint32_t h16) { return (h16 << 16) | 0x8000u; }
 
+// The rounding word of element e (0..7) of an octet from its value call r:
+// the low half of word e for e < 4, the high half of word e - 4 otherwise.
+// With e a compile-time constant (an unrolled loop) this is two instructions.
+DQ_HD uint32_t dq_octet_word(const Philox4x32& r, int32_t e) {
+  const uint32_t v = dq_word_of(r, e & 3);
+  return dq_u16_word(e < 4 ? (v & 0xffffu) : (v >> 16));
+}
+
 // The rounding word of element i (S a multiple of 8).
 DQ_HD uint32_t dq_value_word(const RngKey& key, uint32_t purpose, uint32_t who, int64_t src,
                              int32_t S, int32_t i) {
-  const int32_t q = S / 8;
-  const int32_t sub = i / q;  // 0..7
-  const Philox4x32 r = dq_draw(key, uint64_t(src) * uint64_t(q) + uint64_t(i % q), purpose, who);
-  const uint32_t v = r.v[sub & 3];
-  return dq_u16_word(sub < 4 ? (v & 0xffffu) : (v >> 16));
+  const Philox4x32 r = dq_draw(key, uint64_t(src) * uint64_t(S / 8) + uint64_t(i / 8), purpose, who);
+  return dq_octet_word(r, i % 8);
 }
 
 DQ_HD uint32_t dq_group_word(const RngKey& key, uint32_t who, int64_t src, int32_t G, int32_t k) {
   const int64_t calls = (G + 3) / 4;
   const Philox4x32 r = dq_draw(key, uint64_t(src) * uint64_t(calls) + uint64_t(k / 4),
                                kPurposeGroupScale, who);
-  return r.v[k % 4];
+  return dq_word_of(r, k % 4);
 }
 
 // The stratum of this rank for element i (0 when not correlated), as a float.
@@ -282,10 +298,12 @@ DQ_HD int32_t dq_bracket(const DqLevels& t, float a) {
     return 0;
   } else if constexpr (B == 4) {
     // a, levels >= 0: compare bit patterns as integers (no FP compare for gcc
-    // to keep as a branch under -ftrapping-math)
+    // to keep as a branch under -ftrapping-math). ab >= L <=> L - 1 - ab < 0
+    // (both in [0, 2^30]: no overflow), so each step adds that sign bit: two
+    // integer instructions on a GPU (a compare and a select were three)
     const int32_t ab = int32_t(f32_bits(a));
     int32_t j = 0;
-    for (int k = 1; k < 7; ++k) j += ab >= int32_t(f32_bits(t.level[k])) ? 1 : 0;
+    for (int k = 1; k < 7; ++k) j += int32_t(uint32_t(int32_t(f32_bits(t.level[k])) - 1 - ab) >> 31);
     return j;
   } else {
     // a in [0, 1]: its bits fit int32. Cells below cell_base clamp to cell 0,

@@ -153,24 +153,6 @@ std::vector<uint32_t> make_cell_rec(const DqLevels& lv) {
   return rec;
 }
 
-// DynamiqTables::width4_regs from width 4's levels (lv rebased).
-DynamiqTables::Width4Regs make_width4_regs(const DqLevels& lv) {
-  DynamiqTables::Width4Regs w4;
-  // cells [0, ncells - 1) cover [cell_base, 1.0); the last one starts at 1.0
-  for (int32_t j = 0; j <= lv.m; ++j) w4.level16[j] = lv.level[j];
-  for (int32_t j = 0; j < lv.m; ++j) w4.invgap16[j] = lv.invgap[j];
-  w4.ok = lv.ncells >= 2 && lv.ncells - 1 <= 32;
-  if (w4.ok) {
-    w4.last_cell = lv.ncells - 2;
-    for (int32_t c = 0; c <= w4.last_cell; ++c) {
-      const int32_t j = lv.cell[c];
-      w4.cell_j[c] = j;
-      w4.cell_next[c] = j == lv.m - 1 ? INT32_MAX : int32_t(f32_bits(lv.level[j + 1]));
-    }
-  }
-  return w4;
-}
-
 }  // namespace
 
 DynamiqTables::DynamiqTables(const DynamiqParams& p) {
@@ -195,7 +177,6 @@ DynamiqTables::DynamiqTables(const DynamiqParams& p) {
     r255_rec_.push_back(0.0f);
   }
   for (int wi = 1; wi < 4; ++wi) cell_rec_[wi] = make_cell_rec(view_.lv[wi]);
-  w4_ = make_width4_regs(view_.lv[dynamiq_width_index(4)]);
 }
 
 DqTables DynamiqTables::rebased(const uint8_t* base) const {

@@ -123,6 +123,19 @@ TEST(CudaNegateCodec, SameBytesAsTheCpuCodecForEveryCall) {
         const std::vector<uint8_t> got = dsum.get(acc.size() * 4);
         const size_t n_valid = size_t(std::min<int64_t>(blk.w1 * plan.unit, numel) - blk.w0 * plan.unit) * 4;
         EXPECT_EQ(std::memcmp(got.data(), sum.data(), n_valid), 0) << "decompress_accumulate";
+        // the reduce-scatter sink: y <- store((x + decompress(msg)) / divisor), the rest of y untouched
+        for (float divisor : {1.0f, 3.0f}) {
+          std::vector<uint8_t> hy(x.size(), 0xA5);
+          dy.put(hy.data(), hy.size());
+          Output yh, yd;
+          yh.bucket = hy.data();
+          yh.divisor = yd.divisor = divisor;
+          yd.bucket = dy.p;
+          cpu.decompress_accumulate_output(msg.data(), bytes, h, plan, blk, yh);
+          ASSERT_NE(hy, std::vector<uint8_t>(x.size(), 0xA5)) << "the host's sink wrote nothing";
+          gpu->decompress_accumulate_output(static_cast<const uint8_t*>(din.p), bytes, d, plan, blk, yd);
+          EXPECT_EQ(dy.get(x.size()), hy) << "decompress_accumulate_output, divisor " << divisor;
+        }
       }
       for (float divisor : {1.0f, 3.0f}) {
         std::vector<uint8_t> hy(x.size(), 0xA5);

@@ -2,7 +2,7 @@
 // codec's kernels, next to the host codec of the same format (`Host`), which
 // answers everything that is not a kernel: sizes, plan and block checks,
 // zero-copy views. A CUDA codec writes one function, run(), that enqueues the
-// kernels of one call; the base does the rest of each of the four calls:
+// kernels of one call; the base does the rest of each of the five calls:
 //   1. validates the call as the host codec does: static_bytes (plan and
 //      block; the plan's own checks once per plan, not per call), and for a
 //      fixed-size codec the received message's size (check_message_size);
@@ -30,7 +30,13 @@ namespace cuda {
 
 // One call of the Codec interface, as CudaCodec::run gets it.
 struct CodecCall {
-  enum Op : uint8_t { kCompress, kDecompress, kDecompressAccumulate, kDecompressAccumulateRecompress };
+  enum Op : uint8_t {
+    kCompress,
+    kDecompress,
+    kDecompressAccumulate,
+    kDecompressAccumulateRecompress,
+    kDecompressAccumulateOutput,
+  };
   Op op;
   const Plan& plan;
   const Block& b;
@@ -39,7 +45,7 @@ struct CodecCall {
   size_t in_bytes = 0;
   const RngCtx* rng = nullptr;  // kCompress, kDecompressAccumulateRecompress
   uint8_t* out = nullptr;       // kCompress, kDecompressAccumulateRecompress
-  const Output* y = nullptr;    // kDecompress
+  const Output* y = nullptr;    // kDecompress, kDecompressAccumulateOutput
   float* acc = nullptr;         // kDecompressAccumulate
   // Bytes written to `out`: set by the base to static_bytes for a fixed-size
   // codec; a variable-size one's run() sets it.
@@ -51,6 +57,7 @@ struct CodecCall {
       case kDecompress: return "decompress";
       case kDecompressAccumulate: return "decompress_accumulate";
       case kDecompressAccumulateRecompress: return "decompress_accumulate_recompress";
+      case kDecompressAccumulateOutput: return "decompress_accumulate_output";
     }
     return "?";
   }
@@ -104,6 +111,15 @@ class CudaCodec : public Codec {
     c.in_bytes = in_bytes;
     c.x = &x;
     c.acc = acc;
+    call(c);
+  }
+  void decompress_accumulate_output(const uint8_t* in, size_t in_bytes, const Local& x, const Plan& plan,
+                                    const Block& b, const Output& y) const final {
+    CodecCall c{CodecCall::kDecompressAccumulateOutput, plan, b};
+    c.in = in;
+    c.in_bytes = in_bytes;
+    c.x = &x;
+    c.y = &y;
     call(c);
   }
   void finish() const final {

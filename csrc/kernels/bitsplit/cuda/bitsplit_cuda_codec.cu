@@ -75,6 +75,12 @@ cudaError_t BitsplitCudaCodec::run(CodecCall& c) const {
     case CodecCall::kDecompressAccumulate:
       return checked_decode(bitsplit_decompress_accumulate_cuda(cb, c.in, xp, is_f32, c.acc, d_bad_, stream_),
                             c.what());
+    case CodecCall::kDecompressAccumulateOutput: {
+      void* yp = static_cast<uint8_t*>(c.y->bucket) + cb.e0 * dtype_size(plan.dtype);
+      return checked_decode(
+          bitsplit_decompress_accumulate_output_cuda(cb, c.in, xp, is_f32, yp, c.y->divisor, d_bad_, stream_),
+          c.what());
+    }
     default:  // kDecompressAccumulateRecompress
       return checked_decode(bitsplit_decompress_accumulate_recompress_cuda(cb, c.in, xp, is_f32, c.rng->key,
                                                                            uint32_t(c.rng->rank), c.rng->stochastic,

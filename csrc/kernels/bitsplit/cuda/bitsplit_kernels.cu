@@ -68,6 +68,24 @@ __global__ void decompress_accumulate_kernel(BitsplitCudaBlock b, BitsplitLayout
 }
 
 template <DType T>
+__global__ void decompress_accumulate_output_kernel(BitsplitCudaBlock b, BitsplitLayout lay,
+                                                    const uint8_t* in, const void* x, bool x_is_f32,
+                                                    void* y, float divisor, int* bad) {
+  const int64_t gi = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (gi >= lay.ng) return;
+  const int G = b.f.group, cnt = group_count(b, gi);
+  float v[kBitsplitMaxGroup];
+  uint8_t codes[kBitsplitMaxGroup];
+  if (!bitsplit_decode_group(in, lay, b.f, gi, cnt, codes, v) && bad) *bad = 1;
+  auto* dst = static_cast<typename DTypeTraits<T>::storage*>(y);
+  for (int i = 0; i < cnt; ++i) {
+    float val = load_x<T>(x, x_is_f32, gi * G + i) + v[i];
+    if (divisor != 1.0f) val /= divisor;  // as store_unit: one IEEE division
+    DTypeTraits<T>::store(dst, gi * G + i, val);
+  }
+}
+
+template <DType T>
 __global__ void dar_kernel(BitsplitCudaBlock b, BitsplitLayout lay, const uint8_t* in,
                            const void* x, bool x_is_f32, RngKey key, uint32_t rank,
                            bool stochastic, uint8_t* out, int* bad) {
@@ -115,6 +133,12 @@ cudaError_t bitsplit_decompress_accumulate_cuda(const BitsplitCudaBlock& b, cons
                                                 const void* x, bool x_is_f32, float* acc, int* bad,
                                                 cudaStream_t stream) {
   DQ_BITSPLIT_LAUNCH(decompress_accumulate_kernel, in, x, x_is_f32, acc, bad);
+}
+
+cudaError_t bitsplit_decompress_accumulate_output_cuda(const BitsplitCudaBlock& b, const uint8_t* in,
+                                                       const void* x, bool x_is_f32, void* y, float divisor,
+                                                       int* bad, cudaStream_t stream) {
+  DQ_BITSPLIT_LAUNCH(decompress_accumulate_output_kernel, in, x, x_is_f32, y, divisor, bad);
 }
 
 cudaError_t bitsplit_decompress_accumulate_recompress_cuda(const BitsplitCudaBlock& b,

@@ -26,6 +26,14 @@ DeviceLocal device_local(const Local& x) {
   return d;
 }
 
+DeviceOutput device_output(const Output& y) {
+  DeviceOutput d;
+  d.bucket = y.bucket;
+  d.bias_scale = y.bias_scale;
+  d.divisor = y.divisor;
+  return d;
+}
+
 }  // namespace
 
 DynamiqCudaCodec::DynamiqCudaCodec(const DynamiqParams& p, void* stream, bool sync_each_call)
@@ -125,14 +133,13 @@ cudaError_t DynamiqCudaCodec::run(CodecCall& c) const {
       err = cuda::compress(p, tables_->view(), dp, device_local(*c.x), w0, w1, tables_->rounding(*c.rng), c.out,
                            stream_);
       break;
-    case CodecCall::kDecompress: {
-      DeviceOutput dy;
-      dy.bucket = c.y->bucket;
-      dy.bias_scale = c.y->bias_scale;
-      dy.divisor = c.y->divisor;
-      err = cuda::decompress(p, tables_->view(), dp, c.in, w0, w1, dy, stream_);
+    case CodecCall::kDecompress:
+      err = cuda::decompress(p, tables_->view(), dp, c.in, w0, w1, device_output(*c.y), stream_);
       break;
-    }
+    case CodecCall::kDecompressAccumulateOutput:
+      err = cuda::decompress_accumulate_output(p, tables_->view(), dp, c.in, device_local(*c.x), w0, w1,
+                                               device_output(*c.y), stream_);
+      break;
     case CodecCall::kDecompressAccumulate:
       err = cuda::decompress_accumulate(p, tables_->view(), dp, c.in, device_local(*c.x), w0, w1, c.acc, stream_);
       break;

@@ -1,9 +1,10 @@
 // CUDA launchers of the DynamiQ kernels (torch-free). Thin loops over the
-// __host__ __device__ math of dynamiq_math.h: one thread block per
-// super-group, the SG's values in shared memory (the GPU's L1 tile), so the
-// fused kernel reads the received bytes and the local values once and writes
-// the new bytes once. Same wire format and same Philox streams as the CPU
-// codec (DynamiqCodec): the outputs are bit-identical (tests/cpp/cuda_dynamiq_kernels.cu).
+// __host__ __device__ math of dynamiq_math.h, a thread per 8 contiguous values
+// (an octet) held in registers, so the fused kernel reads the received bytes
+// and the local values once and writes the new bytes once (design:
+// ../README.md, "CUDA kernels"). Same wire format and same Philox streams as
+// the CPU codec (DynamiqCodec): the outputs are bit-identical
+// (tests/cpp/cuda_dynamiq_kernels.cu).
 // Status: compiled with nvcc in CI and run there on the CPU emulation of CUDA
 // (tests/cpp/cuda_emu); never run on a GPU.
 //
@@ -71,8 +72,9 @@ class DeviceTables {
 };
 
 // Empty when the kernels can run a super-group of these parameters, else why
-// not: a block holds a super-group in shared memory (5 bytes per element and 8
-// per group), and a kernel gets 48 KiB of it without an opt-in.
+// not: outside the warp path's formats a block holds a super-group in shared
+// memory (5 bytes per element and 8 per group), and a kernel gets 48 KiB of it
+// without an opt-in.
 std::string unsupported(const DynamiqParams& prm);
 
 int stats(const void* data, DType dtype, int64_t numel, int32_t S, float* out,
@@ -92,6 +94,11 @@ int decompress_accumulate_recompress(const DynamiqParams& prm, const DqTables& t
                                      const DevicePlan& p, const uint8_t* in, const DeviceLocal& x,
                                      int64_t w0, int64_t w1, const DqRounding& rd, uint8_t* out,
                                      void* stream);
+
+// The reduce-scatter sink (Codec::decompress_accumulate_output): y <- x + decompress(in).
+int decompress_accumulate_output(const DynamiqParams& prm, const DqTables& tb, const DevicePlan& p,
+                                 const uint8_t* in, const DeviceLocal& x, int64_t w0, int64_t w1,
+                                 const DeviceOutput& y, void* stream);
 
 }  // namespace cuda
 }  // namespace dynamiq

@@ -52,6 +52,18 @@ __global__ void sum_acc_kernel(const void* x, bool x_is_f32, const void* in, flo
   }
 }
 
+// y[i] = store((x[i] + in[i]) / d): the reduce-scatter sink (a division only for d != 1).
+template <DType T>
+__global__ void sum_out_kernel(const void* x, bool x_is_f32, const void* in, void* y, float d, int64_t n) {
+  using Tr = DTypeTraits<T>;
+  using S = typename Tr::storage;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const float v = x_is_f32 ? static_cast<const float*>(x)[i] : Tr::load(static_cast<const S*>(x), i);
+    const float sum = v + Tr::load(static_cast<const S*>(in), i);
+    Tr::store(static_cast<S*>(y), i, d != 1.0f ? sum / d : sum);
+  }
+}
+
 // y[i] = store(load(in[i]) / d).
 template <DType T>
 __global__ void divide_kernel(const void* in, void* y, float d, int64_t n) {
@@ -100,6 +112,13 @@ cudaError_t IdentityCudaCodec::run(CodecCall& c) const {
         DQ_LAUNCH(sum_acc_kernel<T>, grid_for(n), kThreads, 0, stream_)(xp, is_f32, c.in, c.acc, n);
       });
       break;
+    case CodecCall::kDecompressAccumulateOutput: {
+      void* dst = static_cast<uint8_t*>(c.y->bucket) + s.e0 * dtype_size(plan.dtype);
+      DQ_DISPATCH_DTYPE(plan.dtype, T, [&] {
+        DQ_LAUNCH(sum_out_kernel<T>, grid_for(n), kThreads, 0, stream_)(xp, is_f32, c.in, dst, c.y->divisor, n);
+      });
+      break;
+    }
     default:  // kDecompressAccumulateRecompress
       DQ_DISPATCH_DTYPE(plan.dtype, T, [&] {
         DQ_LAUNCH(sum_store_kernel<T>, grid_for(n), kThreads, 0, stream_)(xp, is_f32, c.in, c.out, n);

@@ -175,6 +175,12 @@ cudaError_t LosslessCudaCodec::run(CodecCall& c) const {
       id_.decompress_accumulate(raw, bytes, *c.x, plan, c.b, c.acc);
       break;
     }
+    case CodecCall::kDecompressAccumulateOutput: {
+      uint8_t* raw = scratch(kRaw, bytes);
+      decode(c.in, c.in_bytes, plan.dtype, n, raw);
+      id_.decompress_accumulate_output(raw, bytes, *c.x, plan, c.b, *c.y);
+      break;
+    }
     case CodecCall::kDecompressAccumulateRecompress: {
       uint8_t* raw = scratch(kRaw, bytes);
       decode(c.in, c.in_bytes, plan.dtype, n, raw);

@@ -1,6 +1,7 @@
 // The test-only "negate" codec on CUDA: the same bytes as NegateCodec (../negate_codec.h), the
 // identity codec's sums with every value's top byte XORed with the mask on the wire. One
-// elementwise kernel in a grid-stride loop does each of the five calls. It lives in this folder
+// elementwise kernel in a grid-stride loop does each of the codec's calls, the reduce-scatter
+// sink's (decompress_accumulate_output) included. It lives in this folder
 // and is registered by the one line at the bottom (cuda::add_codec: with the built-in CUDA
 // codecs, when the CUDA device is first used), so mode "negate" runs on CUDA tensors with nothing
 // outside the folder edited (docs/architecture.md "Adding a codec").
@@ -29,7 +30,9 @@ DQ_HD uint16_t flip(uint16_t v, uint8_t mask) { return uint16_t(v ^ uint16_t(mas
 // One kernel for every call, element i of the block. Decompress (x null): y[i] = unflip(in[i]),
 // divided by `divisor` unless it is 1 (then the stored bits as they came, NaN payloads included,
 // as the identity codec copies them). Otherwise v = x[i] (a float accumulator or the bucket's
-// dtype) + unflip(in[i]) when in is given; wire[i] = flip(store(v)), acc[i] = v. A first-touch
+// dtype) + unflip(in[i]) when in is given; wire[i] = flip(store(v)), acc[i] = v, and for the
+// reduce-scatter sink (x, in and y) y[i] = store(v / divisor), as the host's default
+// decompress_accumulate_output writes it (decompress_accumulate, then store_unit). A first-touch
 // compress (the bucket, no in) flips the stored bits themselves (the identity codec copies them).
 template <DType T>
 __global__ void negate_kernel(const void* x, bool x_is_f32, const void* in, void* wire, float* acc, void* y,
@@ -58,6 +61,7 @@ __global__ void negate_kernel(const void* x, bool x_is_f32, const void* in, void
       static_cast<S*>(wire)[i] = flip(s, mask);
     }
     if (acc) acc[i] = v;
+    if (y) Tr::store(static_cast<S*>(y), i, divisor != 1.0f ? v / divisor : v);
   }
 }
 
