@@ -9,29 +9,11 @@
 // dynamiq_plan.cc.
 //
 // WIRE FORMAT of a block [w0, w1) of wire positions: the super-groups in wire
-// order, back to back, no header and no padding between them. SG at wire
-// position w starts at byte plan.wire_offset[w] - plan.wire_offset[w0] and is
-// dynamiq_sg_bytes(b, fmt) long (dynamiq_format.h), b = plan.bits[order[w]]:
-//
-//   b in {1,2,4,8}, hierarchical scales (default):
-//     [0, 2)          SG scale Msg, bf16 little-endian (max |value| rounded up)
-//     [2, 2+G)        G = S/s group scales r_k, uint8: group k's scale is
-//                     float(r_k/255) * Msg
-//     [2+G, 2+G+S*b/8) codes, planar: with nb = S*b/8, byte k holds the codes
-//                     of elements k, k+nb, k+2nb, ... in bits [0,b), [b,2b), ...
-//   b in {1,2,4,8}, flat scales (ablation):
-//     [0, 2G)         G group scales, bf16 little-endian (group max rounded up)
-//     [2G, 2G+S*b/8)  codes as above
-//   code of an element: b >= 2: sign bit (bit b-1, 1 = negative) and index idx
-//     in [0, 2^(b-1)) into the levels: value = +-level[idx] * scale;
-//     b = 1: 1 = +scale, 0 = -scale.
-//   b = 16: [0, 2S) the S values as bf16 little-endian (round to nearest even:
-//     NOT unbiased; 16 is meant for the largest super-groups only).
-// Elements are the source SG's values minus plan.bias[src], the padding of a
-// partial last SG is zero. An SG holding inf or nan is sent with Msg (flat:
-// every group scale) = bf16 nan, so it decodes to nan: non-finite partial sums
-// stay non-finite. Every bit pattern of the right size is a valid message, so
-// decoders check only the size (check_message_size).
+// order, back to back, no header and no padding; the layout of one SG (scales,
+// planar codes, widths 1-16, non-finite SGs) is specified once, in README.md
+// ("Wire layout"), and pinned by tests/golden/wire.txt. Every bit pattern of
+// the right size is a valid message, so decoders check only the size
+// (check_message_size).
 //
 // RANDOMNESS (philox.h, key = RngCtx.key from (seed, collective sequence)):
 // the layout (which Philox call and which bits round each element, make its
