@@ -119,18 +119,7 @@ TEST(CudaSinkSum, EveryCudaCodecWritesTheCpuCodecsBits) {
     for (const DynamiqFormat& fmt : formats) {
       DynamiqParams prm;
       prm.fmt = fmt;
-      const int64_t numel = int64_t(fmt.S) * 12 + 5;
-      const int64_t units = ceil_div<int64_t>(numel, prm.fmt.S);
-      std::vector<uint8_t> bits(static_cast<size_t>(units));
-      std::vector<float> bias(static_cast<size_t>(units));
-      for (int64_t u = 0; u < units; ++u) {
-        bits[size_t(u)] = uint8_t(kDynamiqWidths[(u * 3) % 5]);
-        bias[size_t(u)] = 0.1f * float(u % 4);
-      }
-      std::vector<int32_t> order(static_cast<size_t>(units));
-      std::iota(order.begin(), order.end(), 0);
-      std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return bits[size_t(a)] > bits[size_t(b)]; });
-      const Plan plan = make_dynamiq_plan(dt, numel, prm.fmt, bits, order, bias, 1);
+      const Plan plan = dqtest::mixed_width_plan(dt, int64_t(fmt.S) * 12 + 5, prm.fmt);
       check_pair(DynamiqCodec(prm), cuda::DynamiqCudaCodec(prm), plan,
                  "dynamiq S " + std::to_string(fmt.S) + " s " + std::to_string(fmt.s) + " " + d);
     }

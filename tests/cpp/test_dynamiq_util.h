@@ -3,8 +3,10 @@
 // decoder written from the wire-format comment in dynamiq_codec.h.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <numeric>
 #include <random>
 #include <string>
 #include <vector>
@@ -15,6 +17,24 @@
 
 namespace dynamiq {
 namespace dqtest {
+
+// A plan of numel values under fmt whose super-groups cycle through every width
+// (unit u: kDynamiqWidths[3u mod 5]) with biases 0, 0.1, 0.2, 0.3, the units
+// ordered widest first as the allocator orders them: every SG shape a block
+// can hold, on one rank.
+inline Plan mixed_width_plan(DType dt, int64_t numel, const DynamiqFormat& fmt) {
+  const int64_t units = (numel + fmt.S - 1) / fmt.S;
+  std::vector<uint8_t> bits(static_cast<size_t>(units));
+  std::vector<float> bias(static_cast<size_t>(units));
+  for (int64_t u = 0; u < units; ++u) {
+    bits[size_t(u)] = uint8_t(kDynamiqWidths[(u * 3) % 5]);
+    bias[size_t(u)] = 0.1f * float(u % 4);
+  }
+  std::vector<int32_t> order(static_cast<size_t>(units));
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return bits[size_t(a)] > bits[size_t(b)]; });
+  return make_dynamiq_plan(dt, numel, fmt, bits, order, bias, 1);
+}
 
 inline std::vector<float> gaussian(size_t n, uint64_t seed, float sigma = 1.0f) {
   std::mt19937_64 g(seed);

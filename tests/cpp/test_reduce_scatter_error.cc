@@ -199,21 +199,10 @@ TEST(ReduceScatterError, NoLargerThanTheAllReducesOnTheSameShard) {
 TEST(ReduceScatterError, FusedSinkSumEqualsTheDefault) {
   for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
     DynamiqParams prm;
-    const int64_t numel = 256 * 12 + 40;
-    const int64_t units = ceil_div<int64_t>(numel, prm.fmt.S);
-    std::vector<uint8_t> bits(static_cast<size_t>(units));
-    std::vector<float> bias(static_cast<size_t>(units));
-    for (int64_t u = 0; u < units; ++u) {
-      bits[size_t(u)] = uint8_t(kDynamiqWidths[(u * 3) % 5]);
-      bias[size_t(u)] = 0.1f * float(u % 4);
-    }
-    std::vector<int32_t> order(static_cast<size_t>(units));
-    std::iota(order.begin(), order.end(), 0);
-    std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return bits[size_t(a)] > bits[size_t(b)]; });
     const DynamiqCodec dq(prm);
     const BitsplitCodec bs(BitsplitParams{5, 128, false, true});
     const std::pair<const Codec*, Plan> cases[] = {
-        {&dq, make_dynamiq_plan(dt, numel, prm.fmt, bits, order, bias, 1)},
+        {&dq, dqtest::mixed_width_plan(dt, 256 * 12 + 40, prm.fmt)},
         {&bs, bs.make_plan(dt, 1024 * 5 + 77, 1)}};
     for (const auto& [codec, plan] : cases) {
       SCOPED_TRACE(codec->name() + " " + dtype_name(dt));
